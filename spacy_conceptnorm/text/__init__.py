@@ -1,0 +1,1 @@
+"""Text preparation: name normalization, abbreviation resolution, composite-mention splitting."""

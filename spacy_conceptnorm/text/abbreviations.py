@@ -1,0 +1,313 @@
+"""Abbreviation resolution: find the short forms a text defines and expand them on its entities.
+
+A definition is a long form with its short form in parentheses, "hereditary nonpolyposis colorectal cancer (HNPCC)",
+or the reverse, "FAP (familial adenomatous polyposis)". The `abbreviation_resolver` component finds the
+definitions of each doc, records them in `doc._.abbreviations` and sets `span._.long_form` on every entity that is,
+or contains as whole tokens, a defined short form, so that a later component can link "HNPCC" through
+"hereditary nonpolyposis colorectal cancer".
+
+Two detectors: a plain-Python Schwartz & Hearst (2003) algorithm, and Ab3P (Sohn et al. 2008) through the
+optional `pyab3p` package.
+"""
+
+import dataclasses
+import functools
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from spacy.language import Language
+from spacy.pipeline import Pipe
+from spacy.tokens import Doc, Span
+
+from ..errors import ConceptNormError, Errors
+
+if not Doc.has_extension("abbreviations"):
+    Doc.set_extension("abbreviations", default=None)
+if not Span.has_extension("long_form"):
+    Span.set_extension("long_form", default=None)
+
+
+@dataclass(frozen=True)
+class Abbreviation:
+    """A short form defined in a text by a long form next to it. Offsets are end-exclusive character offsets.
+
+    short (str): The short form, e.g. "HNPCC".
+    long (str): The long form, e.g. "hereditary nonpolyposis colorectal cancer".
+    short_start (int): Where the defining occurrence of the short form starts.
+    short_end (int): Where it ends.
+    long_start (int): Where the long form starts.
+    long_end (int): Where it ends.
+    """
+
+    short: str
+    long: str
+    short_start: int
+    short_end: int
+    long_start: int
+    long_end: int
+
+    def to_dict(self) -> dict[str, str | int]:
+        """RETURNS (Dict[str, Union[str, int]]): The fields as a JSON- and msgpack-serializable dict."""
+        return dataclasses.asdict(self)
+
+
+# A parenthesised group after whitespace, with at most one level of nested parentheses inside.
+_PARENTHESES = re.compile(r"(?<=\s)\(((?:[^()]|\([^()]*\))*)\)")
+# Where a long form may not reach back past: the end of a sentence or clause.
+_BOUNDARY = re.compile(r"[.!?;,]\s")
+
+
+def find_abbreviations(text: str) -> list[Abbreviation]:
+    """Find short-form/long-form definitions with the Schwartz & Hearst (2003) algorithm.
+
+    Each parenthesised group is tried first as "long form (SF)", then as "SF (long form)". Text inside the
+    parentheses after "; " or ", " is dropped ("(HNPCC; ref. 3)"). A long form does not reach back past the end of
+    a sentence or clause (". ", ", " and the like) nor into an earlier parenthesised group.
+
+    text (str): The text to search.
+    RETURNS (List[Abbreviation]): The definitions, in text order.
+    """
+    found = []
+    region_start = 0  # where the text before the current group may begin
+    for match in _PARENTHESES.finditer(text):
+        open_index, close_index = match.start(), match.end() - 1
+        boundaries = [b.end() for b in _BOUNDARY.finditer(text, region_start, open_index)]
+        before_start = max([region_start, *boundaries])
+        inner_start = open_index + 1
+        inner_end = inner_start + len(re.split(r"[;,]\s", match.group(1), maxsplit=1)[0])
+        # "long form (SF)": the short form inside the parentheses, the long form before them.
+        abbreviation = _match(text, _strip(text, inner_start, inner_end), _strip(text, before_start, open_index))
+        if abbreviation is None:
+            # "SF (long form)": the short form is the word before the parentheses, and has a capital letter.
+            word_end = word_start = _strip(text, before_start, open_index)[1]
+            while word_start > before_start and not text[word_start - 1].isspace():
+                word_start -= 1
+            if any(c.isupper() for c in text[word_start:word_end]):
+                abbreviation = _match(text, (word_start, word_end), _strip(text, inner_start, inner_end))
+        if abbreviation is not None:
+            found.append(abbreviation)
+        region_start = close_index + 1
+    return found
+
+
+def _strip(text: str, start: int, end: int) -> tuple[int, int]:
+    """The (start, end) offsets of text[start:end] without its leading and trailing whitespace."""
+    while start < end and text[start].isspace():
+        start += 1
+    while end > start and text[end - 1].isspace():
+        end -= 1
+    return start, end
+
+
+def is_short_form(text: str) -> bool:
+    """Whether a string can be a short form: 2 to 10 characters in at most two words, starting with a letter or
+    digit and containing a letter.
+
+    text (str): The candidate.
+    RETURNS (bool): Whether it is valid.
+    """
+    return 2 <= len(text) <= 10 and len(text.split()) <= 2 and text[0].isalnum() and any(c.isalpha() for c in text)
+
+
+def _match(text: str, short: tuple[int, int], candidate: tuple[int, int]) -> Abbreviation | None:
+    """Find the long form of the short form text[slice(*short)] at the end of text[slice(*candidate)].
+
+    The short form's letters and digits are matched right to left against the candidate, each to the nearest
+    same character (case-insensitive) further left; the first one must start a word. The long form runs from
+    the start of the whitespace-separated word holding that first match to the end of the candidate.
+    """
+    short_form = text[short[0] : short[1]]
+    if not is_short_form(short_form):
+        return None
+    position = candidate[1] - 1
+    for index in range(len(short_form) - 1, -1, -1):
+        char = short_form[index].lower()
+        if not char.isalnum():
+            continue
+        while position >= candidate[0] and (
+            text[position].lower() != char or (index == 0 and position > candidate[0] and text[position - 1].isalnum())
+        ):
+            position -= 1
+        if position < candidate[0]:
+            return None
+        position -= 1
+    while position >= candidate[0] and not text[position].isspace():
+        position -= 1
+    long_form = text[position + 1 : candidate[1]]
+    n_chars = sum(c.isalnum() for c in short_form)
+    if (
+        len(long_form) < len(short_form)
+        or re.search(rf"(?<!\w){re.escape(short_form)}(?!\w)", long_form)
+        or len(long_form.split()) > min(n_chars + 5, 2 * n_chars)
+    ):
+        return None
+    return Abbreviation(short_form, long_form, short[0], short[1], position + 1, candidate[1])
+
+
+@functools.cache
+def _ab3p():
+    """The process's Ab3P instance, created on first use (never stored on a component, so nothing unpicklable is)."""
+    try:
+        from pyab3p import Ab3p
+    except ImportError:
+        raise ImportError(Errors.E402) from None
+    return Ab3p()
+
+
+def find_abbreviations_ab3p(text: str) -> list[Abbreviation]:
+    """Find short-form/long-form definitions with Ab3P (needs the `pyab3p` package).
+
+    text (str): The text to search.
+    RETURNS (List[Abbreviation]): The definitions, in text order.
+    """
+    # Ab3P's offsets go wrong in a sentence with a run of whitespace, so it reads each run as one space, and
+    # its offsets, into the UTF-8 bytes of that squeezed text, are mapped back to characters of `text`.
+    kept = [i for i, char in enumerate(text) if not (char.isspace() and i > 0 and text[i - 1].isspace())]
+    squeezed = "".join(" " if text[i].isspace() else text[i] for i in kept)
+    data = squeezed.encode("utf-8")
+
+    def span(byte_offset: int, length: int) -> tuple[int, int]:
+        start = byte_offset if len(data) == len(squeezed) else len(data[:byte_offset].decode("utf-8", "ignore"))
+        end = min(start + length, len(kept))
+        return (kept[start], kept[end - 1] + 1) if start < end else (0, 0)
+
+    found = []
+    for result in _ab3p().get_abbrs(squeezed):
+        short_start, short_end = span(result.short_form_offset, len(result.short_form))
+        long_start, long_end = span(result.long_form_offset, len(result.long_form))
+        short, long = text[short_start:short_end], text[long_start:long_end]
+        # Ab3P's offsets are sometimes off (e.g. when a sentence repeats): keep only results found where it says.
+        if short == result.short_form and " ".join(long.split()) == result.long_form:
+            found.append(Abbreviation(short, long, short_start, short_end, long_start, long_end))
+    return sorted(found, key=lambda a: a.short_start)
+
+
+DETECTORS: dict[str, Callable[[str], list[Abbreviation]]] = {
+    "schwartz_hearst": find_abbreviations,
+    "ab3p": find_abbreviations_ab3p,
+}
+
+
+class AbbreviationResolver(Pipe):
+    """Find abbreviation definitions in each doc and expand short forms on its entities.
+
+    Sets `doc._.abbreviations` to a list of dicts (`Abbreviation.to_dict()`: short, long, short_start, short_end,
+    long_start, long_end), one per definition, and `ent._.long_form` on each entity of `doc.ents` that is, or
+    contains as whole tokens, a defined short form: the entity text with each short form replaced by its long
+    form ("HNPCC patients" -> "hereditary nonpolyposis colorectal cancer patients"). A plural "HNPCCs" expands
+    like "HNPCC". When a short form is defined twice, the first definition is used. Tokens and `doc.ents` are
+    left as they are, and the component has no learned state.
+
+    The values are plain str/int/list/dict data in `doc.user_data` (span values keyed by character offsets), so
+    they survive `DocBin(store_user_data=True)`, which reads the list back as a tuple, and `nlp.pipe(...,
+    n_process=2)`.
+    """
+
+    def __init__(
+        self,
+        nlp: Language,
+        name: str = "abbreviation_resolver",
+        *,
+        detector: str = "schwartz_hearst",
+        propagate: bool = True,
+        expand_undefined_uppercase: bool = False,
+    ) -> None:
+        """Initialize the component.
+
+        nlp (Language): The shared pipeline.
+        name (str): The component instance name.
+        detector (str): "schwartz_hearst" (pure Python) or "ab3p" (needs the pyab3p package).
+        propagate (bool): Expand every occurrence of a short form in the doc, not only the one in the definition.
+        expand_undefined_uppercase (bool): For an all-uppercase entity whose text no definition in the doc covers,
+            use the text of the nearest earlier entity with the same label that is not itself all-uppercase
+            (Mondal et al. 2019). The first occurrence decides for all occurrences of the same text.
+        """
+        if detector not in DETECTORS:
+            raise ConceptNormError(Errors.E401.format(detector=detector, choices=sorted(DETECTORS)))
+        if detector == "ab3p":
+            _ab3p()  # fail now, not on the first doc, when pyab3p is missing
+        self.name = name
+        self.detector = detector
+        self.propagate = propagate
+        self.expand_undefined_uppercase = expand_undefined_uppercase
+
+    def __call__(self, doc: Doc) -> Doc:
+        """Apply the component to a doc.
+
+        doc (Doc): The document, with its entities set.
+        RETURNS (Doc): The same doc, with `doc._.abbreviations` and `ent._.long_form` set.
+        """
+        abbreviations = DETECTORS[self.detector](doc.text)
+        doc._.abbreviations = [abbreviation.to_dict() for abbreviation in abbreviations]
+        occurrences = self._occurrences(doc, abbreviations)
+        defined = {abbreviation.short for abbreviation in abbreviations}
+        guesses: dict[str, str | None] = {}
+        previous: dict[str, str] = {}  # label -> text of the last entity that is not an uppercase abbreviation
+        for ent in doc.ents:
+            long_form = _expand(ent, occurrences)
+            uppercase = _is_uppercase_abbreviation(ent.text)
+            if long_form is None and uppercase and self.expand_undefined_uppercase and ent.text not in defined:
+                long_form = guesses.setdefault(ent.text, previous.get(ent.label_))
+            if not uppercase:
+                previous[ent.label_] = ent.text
+            if long_form is not None:
+                ent._.long_form = long_form
+        return doc
+
+    def _occurrences(self, doc: Doc, abbreviations: list[Abbreviation]) -> list[tuple[int, int, Abbreviation]]:
+        """The (start, end, definition) of each short form occurrence that starts and ends on token boundaries,
+        in text order, without overlaps (the longer short form wins)."""
+        first: dict[str, Abbreviation] = {}
+        for abbreviation in abbreviations:
+            first.setdefault(abbreviation.short, abbreviation)
+        if self.propagate:
+            found = [
+                (match.start(), match.end(), abbreviation)
+                for short, abbreviation in first.items()
+                for match in re.finditer(rf"(?<!\w){re.escape(short)}s?(?!\w)", doc.text)
+                if doc.char_span(match.start(), match.end()) is not None
+            ]
+        else:
+            found = [(a.short_start, a.short_end, a) for a in first.values()]
+        found.sort(key=lambda occurrence: (occurrence[0], -occurrence[1]))
+        kept: list[tuple[int, int, Abbreviation]] = []
+        for occurrence in found:
+            if not kept or occurrence[0] >= kept[-1][1]:
+                kept.append(occurrence)
+        return kept
+
+
+@Language.factory(
+    "abbreviation_resolver",
+    assigns=["doc._.abbreviations", "span._.long_form"],
+    default_config={"detector": "schwartz_hearst", "propagate": True, "expand_undefined_uppercase": False},
+)
+def make_abbreviation_resolver(
+    nlp: Language, name: str, detector: str, propagate: bool, expand_undefined_uppercase: bool
+) -> AbbreviationResolver:
+    """Create an AbbreviationResolver (see its docstring for the settings)."""
+    return AbbreviationResolver(
+        nlp, name, detector=detector, propagate=propagate, expand_undefined_uppercase=expand_undefined_uppercase
+    )
+
+
+def _expand(ent: Span, occurrences: Iterable[tuple[int, int, Abbreviation]]) -> str | None:
+    """The entity text with each short form occurrence inside it replaced by its long form, or None if there is
+    none. An entity that holds a whole definition ("long form (SF)") keeps that short form as it is."""
+    parts = []
+    position = ent.start_char
+    for start, end, abbreviation in occurrences:
+        inside = ent.start_char <= start and end <= ent.end_char
+        holds_definition = ent.start_char <= abbreviation.long_start and abbreviation.long_end <= ent.end_char
+        if inside and not holds_definition:
+            parts.extend((ent.doc.text[position:start], abbreviation.long))
+            position = end
+    if not parts:
+        return None
+    return "".join(parts) + ent.doc.text[position : ent.end_char]
+
+
+def _is_uppercase_abbreviation(text: str) -> bool:
+    """Whether an entity text looks like an undefined abbreviation: one word, a valid short form, all capitals."""
+    return is_short_form(text) and text.isupper() and not any(c.isspace() for c in text)

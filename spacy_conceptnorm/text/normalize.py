@@ -1,0 +1,52 @@
+"""Normalization shared by knowledge-base names and mention queries.
+
+The same `TextNormalizer` must be applied to both sides: the index stores one vector per *normalized* name, so a
+mention whose normalized text equals a name reuses that name's vector without running the encoder.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import asdict, dataclass
+
+from spacy.util import registry
+
+_PUNCT = re.compile(r"[^\w\s]|_")
+_SPACE = re.compile(r"\s+")
+
+
+@dataclass(frozen=True)
+class TextNormalizer:
+    """Map a name or mention to the key under which it is stored and searched.
+
+    lowercase (bool): Case-fold the text.
+    strip_accents (bool): Drop combining marks after NFKD decomposition ("Sjögren" -> "Sjogren").
+    strip_punctuation (bool): Replace punctuation with spaces ("Colorectal Neoplasms, Hereditary" -> words only).
+    unicode_form (str): Unicode normalization form applied first ("NFKC" folds full-width and ligature forms).
+    """
+
+    lowercase: bool = True
+    strip_accents: bool = True
+    strip_punctuation: bool = True
+    unicode_form: str = "NFKC"
+
+    def __call__(self, text: str) -> str:
+        text = unicodedata.normalize(self.unicode_form, text)
+        if self.strip_accents:
+            text = "".join(c for c in unicodedata.normalize("NFKD", text) if not unicodedata.combining(c))
+        if self.lowercase:
+            text = text.casefold()
+        if self.strip_punctuation:
+            text = _PUNCT.sub(" ", text)
+        return _SPACE.sub(" ", text).strip()
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@registry.misc("spacy_conceptnorm.TextNormalizer.v1")
+def make_text_normalizer(
+    lowercase: bool = True, strip_accents: bool = True, strip_punctuation: bool = True, unicode_form: str = "NFKC"
+) -> TextNormalizer:
+    return TextNormalizer(lowercase, strip_accents, strip_punctuation, unicode_form)

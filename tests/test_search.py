@@ -1,0 +1,113 @@
+import numpy as np
+import pytest
+
+from spacy_conceptnorm.errors import ConceptNormError
+from spacy_conceptnorm.kb import DOMAIN, Concept, KnowledgeBase
+from spacy_conceptnorm.search import ALL_STRATEGIES, SieveSearcher, Stage, parse_strategy
+
+from .fake_encoder import TrigramEncoder
+
+
+@pytest.fixture
+def small_kb():
+    kb = KnowledgeBase()
+    kb.add_concept(Concept("D015179", "Colorectal Neoplasms", alt_ids=("OMIM:114500",)), ["Colorectal Cancer"])
+    kb.add_concept(Concept("D001943", "Breast Neoplasms"), ["Breast Cancer", "Mammary Cancer"])
+    kb.add_concept(Concept("D009369", "Neoplasms"), ["Cancer", "Tumor"])
+    kb.add_concept(Concept("D003920", "Diabetes Mellitus"), ["Diabetes"])
+    kb.add_names([("CRC", "D015179"), ("colon tumour", "D015179")], DOMAIN)
+    return kb
+
+
+@pytest.fixture
+def searcher(small_kb):
+    s = SieveSearcher(small_kb, TrigramEncoder(), strategy="D-T+OD-T", threshold=0.95, top_k=3)
+    s.build()
+    return s
+
+
+def test_parse_strategy():
+    assert parse_strategy("D-T+OD-C") == (Stage("D", "T"), Stage("OD", "C"))
+    assert len(ALL_STRATEGIES) == 14 and all(parse_strategy(s) for s in ALL_STRATEGIES)
+    for bad in ["X-T", "OD", "O-T+", "D-Q"]:
+        with pytest.raises(ConceptNormError, match="Invalid search strategy"):
+            parse_strategy(bad)
+    with pytest.raises(ConceptNormError, match="top_k"):
+        SieveSearcher(KnowledgeBase(), TrigramEncoder(), top_k=0)
+
+
+def test_sieve_answers_from_domain_first_then_falls_back(searcher):
+    crc, breast, empty = searcher.search(["CRC", "breast cancers", "  ,"])
+    assert crc.stage == "D-T" and crc.candidates[0][0] == "D015179" and crc.score > 0.999
+    assert crc.names[0] == "CRC"
+    # no domain name reaches 0.95 for "breast cancers": the ontology stage answers
+    assert breast.stage == "OD-T" and breast.candidates[0][0] == "D001943"
+    assert [s for _, s in breast.candidates] == sorted((s for _, s in breast.candidates), reverse=True)
+    assert len({c for c, _ in breast.candidates}) == len(breast.candidates) <= 3
+    assert empty.candidates == [] and empty.stage is None
+
+
+def test_targets_restrict_what_is_searched(searcher):
+    (match,) = searcher.search(["CRC"], strategy="O-T")
+    assert match.names[0] != "CRC"  # a domain name is invisible to the ontology target
+    (match,) = searcher.search(["Diabetes"], strategy="D-T")
+    assert match.candidates[0][0] == "D015179"  # D holds only colorectal names
+    (match,) = searcher.search(["Diabetes"], strategy="OD-T")
+    assert match.candidates[0][0] == "D003920"
+
+
+def test_concept_representation_is_the_mean_of_name_vectors(searcher):
+    (match,) = searcher.search(["Mammary Cancer"], strategy="O-C")
+    assert match.stage == "O-C" and match.candidates[0][0] == "D001943"
+    vectors = searcher.encoder.encode(["breast neoplasms", "breast cancer", "mammary cancer"])
+    mean = vectors.mean(0) / np.linalg.norm(vectors.mean(0))
+    query = searcher.encoder.encode(["mammary cancer"])[0]
+    assert match.score == pytest.approx(float(mean @ query), abs=1e-5)
+    assert match.names[0] == "Breast Neoplasms"  # -C stages report the canonical name
+
+
+def test_shared_name_tie_break_is_deterministic():
+    kb = KnowledgeBase()
+    kb.add_concept(Concept("C2", "Anorexia"))
+    kb.add_concept(Concept("C1", "Loss of appetite"), ["Anorexia"])
+    kb.add_concept(Concept("C3", "Eating disorder"), ["Anorexia"])
+    searcher = SieveSearcher(kb, TrigramEncoder(), strategy="O-T", top_k=3)
+    searcher.build()
+    (match,) = searcher.search(["anorexia"])
+    # equal scores: the concept whose canonical name matched first, then ascending ids
+    assert [c for c, _ in match.candidates] == ["C2", "C1", "C3"]
+
+
+def test_known_names_reuse_their_vectors(searcher):
+    encoder = searcher.encoder
+    encoder.calls.clear()
+    searcher.search(["Colorectal cancer", "colorectal  CANCER", "brand new mention", "brand new mention"])
+    assert encoder.calls == [["brand new mention"]]  # normalized duplicates and known names are not encoded
+
+
+def test_add_and_remove_names_take_effect_at_once(searcher, small_kb):
+    new, _ = small_kb.add_names([("sugar disease", "D003920")])
+    searcher.add_names(new, DOMAIN)
+    (match,) = searcher.search(["sugar disease"])
+    assert match.stage == "D-T" and match.candidates[0][0] == "D003920"
+    searcher.remove_names(small_kb.remove_names([("sugar disease", "D003920")]), DOMAIN)
+    (match,) = searcher.search(["sugar disease"])
+    assert match.stage == "OD-T" and "sugar disease" not in searcher.rows
+
+
+def test_round_trip_and_mismatch_detection(searcher, small_kb, tmp_path):
+    searcher.to_disk(tmp_path / "s")
+    loaded = SieveSearcher(small_kb, searcher.encoder, "D-T+OD-T", 0.95, 3).from_disk(tmp_path / "s")
+    queries = ["CRC", "breast cancers", "tumour of the colon"]
+    assert [m.candidates for m in loaded.search(queries)] == [m.candidates for m in searcher.search(queries)]
+
+    vectors = np.load(tmp_path / "s" / "vectors.npy")
+    np.save(tmp_path / "s" / "vectors.npy", vectors[::-1].copy())
+    with pytest.raises(ConceptNormError, match="checksum"):
+        SieveSearcher(small_kb, searcher.encoder).from_disk(tmp_path / "s")
+
+    searcher.to_disk(tmp_path / "s2")
+    other_kb = KnowledgeBase()
+    other_kb.add_concept(Concept("X", "Something else"))
+    with pytest.raises(ConceptNormError, match="differ"):
+        SieveSearcher(other_kb, searcher.encoder).from_disk(tmp_path / "s2")
