@@ -9,7 +9,6 @@ For each entity it sets
 Values live in `doc.user_data`, so they survive DocBin (store_user_data=True) and `nlp.pipe(n_process=...)`.
 """
 
-from __future__ import annotations
 
 import shutil
 import warnings
@@ -73,7 +72,7 @@ def make_concept_normalizer(
     long_form: str,
     split_composites: bool,
     scorer: Callable | None,
-) -> ConceptNormalizer:
+) -> "ConceptNormalizer":
     return ConceptNormalizer(
         nlp.vocab,
         encoder,
@@ -161,15 +160,18 @@ class ConceptNormalizer(Pipe):
         *,
         nlp: Language | None = None,
         kb: KnowledgeBase | None = None,
+        synonyms: Iterable[tuple[str, str]] = (),
         domain_synonyms: bool = True,
         progress: bool = False,
     ) -> None:
-        """Load the knowledge base, add the training examples' gold mentions as domain synonyms, encode all names.
+        """Load the knowledge base, add domain synonyms, encode all names.
 
         get_examples (Callable[[], Iterable[Example]]): Training examples; gold entities with a `kb_id_` become
             domain synonyms (the paper's D). Composite gold ids are skipped.
         nlp (Language): The pipeline.
         kb (KnowledgeBase): The knowledge base, e.g. from `spacy_conceptnorm.load_kb.v1` in [initialize].
+        synonyms (Iterable[Tuple[str, str]]): More (text, concept id) domain synonyms, e.g. from
+            `spacy_conceptnorm.domain_synonyms.v1` in [initialize].
         domain_synonyms (bool): Take domain synonyms from the examples.
         progress (bool): Show a progress bar while encoding names.
         """
@@ -177,13 +179,15 @@ class ConceptNormalizer(Pipe):
             if self.searcher is None:
                 raise ConceptNormError(Errors.E301.format(name=self.name))
             kb = self.searcher.kb
+        pairs = list(synonyms)
         if get_examples is not None and domain_synonyms:
-            pairs = [
+            pairs += [
                 (ent.text, ent.kb_id_)
                 for eg in get_examples()
                 for ent in eg.reference.ents
                 if ent.kb_id_ and ent.kb_id_ != NIL and len(gold_ids(ent.kb_id_)) == 1
             ]
+        if pairs:
             _, unknown = kb.add_names(pairs, DOMAIN)
             if unknown:
                 warnings.warn(Warnings.W001.format(count=len(unknown), examples=sorted(set(unknown))[:5]), stacklevel=2)
@@ -305,7 +309,7 @@ class ConceptNormalizer(Pipe):
             serialize["encoder"] = lambda p: _replace_dir(p, self.encoder.save)
         to_disk(path, serialize, exclude)
 
-    def from_disk(self, path: str | Path, *, exclude: Iterable[str] = SimpleFrozenList()) -> ConceptNormalizer:
+    def from_disk(self, path: str | Path, *, exclude: Iterable[str] = SimpleFrozenList()) -> "ConceptNormalizer":
         path = Path(path)
         if not (path / "cfg").exists():
             raise ConceptNormError(Errors.E302.format(path=path, detail="no cfg file (was the pipeline saved?)"))

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from bioc import pubtator
 from spacy.language import Language
-from spacy.tokens import Doc, Span
-from spacy.util import filter_spans
+from spacy.tokens import Doc, DocBin, Span
+from spacy.util import filter_spans, registry
 
 from .errors import ConceptNormError, Errors
 from .util import read_lines
@@ -71,3 +71,27 @@ def mention_spans(docs: Iterable[Doc]) -> Iterator[Span]:
     """Every gold entity that carries a concept id."""
     for doc in docs:
         yield from (ent for ent in doc.ents if ent.kb_id_)
+
+
+@registry.misc("spacy_conceptnorm.domain_synonyms.v1")
+def read_domain_synonyms(path: str | Path | None, nlp_lang: str = "en") -> list[tuple[str, str]]:
+    """(mention text, gold id) pairs to use as domain synonyms, from a `.spacy` DocBin, a PubTator file, or every
+    such file in a directory. Composite gold ids (`|`, `+`) are left out. None gives no pairs.
+
+    path (Optional[Path]): A file or a directory.
+    nlp_lang (str): Language of the tokenizer used to read PubTator files.
+    """
+    if path is None:
+        return []
+    path = Path(path)
+    if not path.exists():
+        raise ConceptNormError(Errors.E002.format(path=path))
+    files = sorted(p for p in path.iterdir() if p.suffix in (".spacy", ".txt")) if path.is_dir() else [path]
+    import spacy
+
+    nlp = spacy.blank(nlp_lang)
+    pairs = []
+    for file in files:
+        docs = DocBin().from_disk(file).get_docs(nlp.vocab) if file.suffix == ".spacy" else pubtator_to_docs(nlp, file)
+        pairs.extend((e.text, e.kb_id_) for e in mention_spans(docs) if not any(c in e.kb_id_ for c in "|+"))
+    return pairs

@@ -49,7 +49,7 @@ class NameEncoder:
         model: str | None = None,
         pooling: str = "mean",
         max_length: int = 25,
-        batch_size: int = 256,
+        batch_size: int = 64,
         precision: str = "auto",
         device: str | None = None,
     ) -> None:
@@ -122,26 +122,47 @@ class NameEncoder:
         return (out * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
 
     def encode(self, texts: Sequence[str], progress: bool = False) -> np.ndarray:
-        """Unit vectors (float32, one row per text). Texts are batched by length so little padding is computed."""
+        """Unit vectors (float32, one row per text). Texts are grouped by token length into batches of at most
+        `batch_size` texts and `batch_size * 16` tokens, so short names are not padded to the longest one."""
         vectors = np.zeros((len(texts), self.dim), dtype=np.float32)
         if not len(texts):
             return vectors
-        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-        starts = range(0, len(order), self.batch_size)
+        batches = self._length_batches(texts)
         if progress:
             from tqdm import tqdm
 
-            starts = tqdm(starts, desc="Encoding names", unit="batch")
+            batches = tqdm(batches, desc="Encoding names", unit="batch")
         dtype = self.autocast_dtype()
         was_training = self.model.training
         self.model.eval()
         with torch.inference_mode(), torch.autocast(self.device.split(":")[0], dtype=dtype, enabled=dtype is not None):
-            for start in starts:
-                idx = order[start : start + self.batch_size]
-                emb = self.forward(self.tokenize([texts[i] for i in idx])).float()
+            for idx, ids in batches:
+                emb = self.forward(self._pad(ids)).float()
                 vectors[idx] = torch.nn.functional.normalize(emb, dim=-1).cpu().numpy()
         self.model.train(was_training)
         return vectors
+
+    def _length_batches(self, texts: Sequence[str]) -> list[tuple[list[int], list[list[int]]]]:
+        encoded = self.tokenizer(list(texts), truncation=True, max_length=self.max_length)["input_ids"]
+        order = sorted(range(len(texts)), key=lambda i: len(encoded[i]))
+        budget = self.batch_size * 16
+        batches, current = [], []
+        for i in order:
+            if current and (len(current) == self.batch_size or (len(current) + 1) * len(encoded[i]) > budget):
+                batches.append(current)
+                current = []
+            current.append(i)
+        batches.append(current)
+        return [(idx, [encoded[i] for i in idx]) for idx in batches]
+
+    def _pad(self, ids: list[list[int]]) -> dict[str, torch.Tensor]:
+        width = max(map(len, ids))
+        input_ids = torch.full((len(ids), width), self.tokenizer.pad_token_id or 0, dtype=torch.long)
+        mask = torch.zeros((len(ids), width), dtype=torch.long)
+        for row, tokens in enumerate(ids):
+            input_ids[row, : len(tokens)] = torch.tensor(tokens)
+            mask[row, : len(tokens)] = 1
+        return {"input_ids": input_ids.to(self.device), "attention_mask": mask.to(self.device)}
 
     def save(self, path: str | Path) -> None:
         """Write the model and tokenizer as a transformers directory that `NameEncoder(path)` loads."""
@@ -163,7 +184,7 @@ def make_name_encoder(
     model: str | None = None,
     pooling: str = "mean",
     max_length: int = 25,
-    batch_size: int = 256,
+    batch_size: int = 64,
     precision: str = "auto",
     device: str | None = None,
 ) -> NameEncoder:

@@ -176,3 +176,27 @@ def test_strategy_and_index_types_are_configurable(train_docs, test_docs, kb):
         results[index_type] = [e.kb_id_ for d in nlp.pipe([blank_copy(x) for x in test_docs]) for e in d.ents]
     agree = np.mean([a == b for a, b in zip(results["flat"], results["hnsw"])])
     assert agree > 0.95  # HNSW is approximate but near-exact on a KB this small
+
+
+def test_spacy_assemble_builds_a_pipeline_from_the_config(fixtures, tmp_path):
+    from pathlib import Path
+
+    from spacy.cli.assemble import assemble_cli  # noqa: F401  (the CLI is what users run; its core is below)
+    from spacy.util import load_config, load_model_from_config
+
+    config = load_config(
+        Path(__file__).parent.parent / "configs" / "linker.cfg",
+        overrides={
+            "paths.kb": str(fixtures / "medic_sample.txt"),
+            "paths.synonyms": str(fixtures / "ncbi_train_sample.txt"),
+        },
+        interpolate=False,
+    )
+    nlp = load_model_from_config(config, auto_fill=True)
+    nlp.initialize()
+    normalizer = nlp.get_pipe("concept_normalizer")
+    assert len(normalizer.kb.names("domain")) > 20  # train mentions became domain synonyms
+    nlp.to_disk(tmp_path / "linker")
+    loaded = spacy.load(tmp_path / "linker")
+    doc = doc_with_ents(loaded, "Familial breast cancer.", [("breast cancer", "Disease")])
+    assert loaded(doc).ents[0].kb_id_ == "D001943"
