@@ -45,7 +45,7 @@ DEFAULT_CONFIG = {
     "nil_threshold": 0.0,
     "labels": [],
     "batch_size": 128,
-    "index": {"index_type": "flat"},
+    "index": {"index_type": "exact"},
     "long_form": "best",
     "split_composites": True,
     "scorer": {"@scorers": "spacy_conceptnorm.linking_scorer.v1"},
@@ -102,7 +102,7 @@ class ConceptNormalizer(Pipe):
     nil_threshold (float): Best scores under this give `kb_id_` "NIL".
     labels (List[str]): Entity labels to link; empty links all.
     batch_size (int): Docs gathered per search in `pipe`.
-    index (dict): Vector index settings: `index_type` ("flat", "hnsw", "ivf") and its parameters.
+    index (dict): Vector index settings: `index_type` ("exact", "flat", "hnsw", "ivf") and its parameters.
     long_form (str): With `abbreviation_resolver` before it: "best" searches the mention and its long form and
         keeps the better score, "long" the long form only, "mention" ignores long forms.
     split_composites (bool): With `composite_splitter` before it, link each part of a composite mention.

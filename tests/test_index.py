@@ -10,7 +10,7 @@ def unit(rows: int, dim: int = 16, seed: int = 0) -> np.ndarray:
     return v / np.linalg.norm(v, axis=1, keepdims=True)
 
 
-@pytest.mark.parametrize("index_type", ["flat", "hnsw", "ivf"])
+@pytest.mark.parametrize("index_type", ["exact", "flat", "hnsw", "ivf"])
 def test_search_add_remove_and_reload(index_type):
     vectors = unit(400)
     ids = np.arange(1000, 1400)
@@ -27,7 +27,7 @@ def test_search_add_remove_and_reload(index_type):
     assert not set(found.ravel()) & {1000, 1001}
 
     copy = VectorIndex(16, index_type=index_type, ivf_nlist=4, ivf_nprobe=4)
-    if index_type == "flat":  # flat indexes are rebuilt from vectors instead of being serialized
+    if index_type in ("exact", "flat"):  # exact and flat indexes are rebuilt from vectors instead of being serialized
         assert index.to_bytes() == b""
     else:
         copy.load_bytes(index.to_bytes(), index.removed)
