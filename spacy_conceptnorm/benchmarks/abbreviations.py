@@ -1,8 +1,6 @@
 """Abbreviation detection on the NCBI-disease corpus: precision/recall of each detector, and speed.
 
-    python benchmarks/abbreviations.py --data ../shared/data/ncbi-disease
-
-(with the package installed, or PYTHONPATH=. from the repository root).
+    python -m spacy_conceptnorm.benchmarks.abbreviations --data ../shared/data/ncbi-disease
 
 Gold pairs come from the corpus's own mentions: two gold mentions of one document that share a concept id and
 stand as "LONG (SHORT)" or "SHORT (LONG)", where SHORT has at most 10 characters, no whitespace and a capital
@@ -17,21 +15,17 @@ import time
 from pathlib import Path
 
 import spacy
-from bioc import pubtator
 from spacy.util import filter_spans
 
-from spacy_conceptnorm.text.abbreviations import DETECTORS
+from ..corpus import read_pubtator
+from ..text.abbreviations import DETECTORS
 
 FILES = ("NCBItrainset_corpus.txt", "NCBIdevelopset_corpus.txt", "NCBItestset_corpus.txt")
 Pair = tuple[int, int, int, int]  # short_start, short_end, long_start, long_end
 
 
 def load_documents(folder: Path) -> list:
-    documents = []
-    for name in FILES:
-        with open(folder / name, encoding="utf-8") as fp:
-            documents.extend(pubtator.load(fp))
-    return documents
+    return [doc for name in FILES for doc in read_pubtator(folder / name)]
 
 
 def concept_ids(annotation) -> set[str]:
