@@ -28,5 +28,20 @@ def build_kb(
     typer.echo(f"{len(kb)} concepts, {len(kb.names())} names -> {output}")
 
 
+@app.command("train", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def train(
+    ctx: typer.Context,
+    config: Path = typer.Argument(..., help="Training config, e.g. configs/train_xu_bethard.cfg"),
+    output: Path = typer.Option(..., "--output", "-o", help="Output directory (model-best/, model-last/, ...)"),
+    resume: bool = typer.Option(False, "--resume", help="Continue from OUTPUT/checkpoint"),
+) -> None:
+    """Train the name encoder. Override config values as `spacy train` does: --training.batch_size 128."""
+    from spacy.cli._util import parse_config_overrides
+
+    from .training.trainer import train as run_training
+
+    run_training(config, output, parse_config_overrides(ctx.args), resume=resume)
+
+
 def main() -> None:
     app()

@@ -8,6 +8,7 @@ Any transformers model directory or id works (SapBERT, PubMedBERT, or a director
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -18,6 +19,18 @@ from spacy.util import registry
 from .errors import ConceptNormError, Errors
 
 PACKAGED_MODEL = "all-MiniLM-L6-v2"
+
+
+def _one_thread_after_fork() -> None:
+    """`nlp.pipe(n_process=...)` forks on Linux, and GNU OpenMP cannot resume the parent's thread pool in a forked
+    child: its first parallel region hangs. Forked workers run one torch thread each, as torch's DataLoader
+    workers do (the workers share the cores anyway)."""
+    torch.set_num_threads(1)
+
+
+os.register_at_fork(after_in_child=_one_thread_after_fork)
+# Names are a few tokens long: the tokenizers' thread pool gains little, and after a fork it warns once per worker.
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
 def packaged_model_path() -> Path:
@@ -179,14 +192,5 @@ class NameEncoder:
         }
 
 
-@registry.misc("spacy_conceptnorm.NameEncoder.v1")
-def make_name_encoder(
-    model: str | None = None,
-    pooling: str = "mean",
-    max_length: int = 25,
-    batch_size: int = 64,
-    precision: str = "auto",
-    device: str | None = None,
-) -> NameEncoder:
-    """A transformers name encoder (see `NameEncoder`); register another function to swap it in a config."""
-    return NameEncoder(model, pooling, max_length, batch_size, precision, device)
+# Registered so a config can swap in another encoder: `@misc = "spacy_conceptnorm.NameEncoder.v1"`.
+registry.misc("spacy_conceptnorm.NameEncoder.v1")(NameEncoder)

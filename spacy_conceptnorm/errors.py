@@ -51,6 +51,17 @@ class Errors:
     E503 = "{path} is not a valid saved composite_splitter ({detail}). Save the pipeline again with nlp.to_disk()."
     E504 = "split_composite expects the mention text as a str, got {value!r}."
     # training
+    E701 = "Invalid training config: {detail}"
+    E702 = "Unknown sampling strategy {strategy!r}; choose one of {choices}."
+    E703 = "The {strategy!r} strategy needs a concept hierarchy: set [training.sampler] hierarchy (a CTD diseases TSV)."
+    E704 = "No training anchors: no concept has two or more names in {source}, so no triplet can be formed."
+    E705 = "Cannot resume: no checkpoint in {path} (run without --resume to start afresh)."
+    E706 = "train_on must be 'O' (ontology synonyms) or 'OD' (plus annotated mentions), got {value!r}."
+    E707 = "Cannot read annotated mentions from {path}: give a PubTator file, a .spacy DocBin or a folder of them."
+    E708 = "{path} holds no mention whose concept id is in the knowledge base; check the file and the ontology."
+    E709 = "batch_size {batch_size} is too small for the {strategy!r} sampler: one anchor's group needs {needed} names."
+    E710 = "The checkpoint in {path} is unreadable or does not match this config ({detail})."
+    E711 = "{what} must give {expected}, got {found}: register the function with @spacy.registry.misc."
     # evaluation and data
     E601 = "{path}: document {pmid}: annotation {start}-{end} {text!r} does not match the document text."
     E602 = "{path}: cannot parse PubTator ({detail})."

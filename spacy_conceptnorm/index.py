@@ -12,6 +12,8 @@ time.
 
 from __future__ import annotations
 
+import os
+
 import faiss
 import numpy as np
 import torch
@@ -20,6 +22,10 @@ from .errors import ConceptNormError, Errors
 
 INDEX_TYPES = ("exact", "flat", "hnsw", "ivf")
 QUERY_CHUNK = 512  # queries per matrix product in exact search: bounds the score matrix to 512 x names
+
+
+# FAISS has its own OpenMP runtime, which also hangs in forked children: see encoder._one_thread_after_fork.
+os.register_at_fork(after_in_child=lambda: faiss.omp_set_num_threads(1))
 
 
 def _gpu_count() -> int:

@@ -1,6 +1,8 @@
 """The concept_normalizer with the real default encoder (all-MiniLM-L6-v2) over a MEDIC sample."""
 
 import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -99,12 +101,27 @@ def test_nil_threshold_labels_and_odd_entities(linker_nlp):
 
 
 def test_results_survive_docbin_and_multiprocessing(linker_nlp, test_docs):
-    docs = list(linker_nlp.pipe([blank_copy(d) for d in test_docs[:2]]))
+    docs = list(linker_nlp.pipe([blank_copy(d) for d in test_docs]))
     restored = list(DocBin(docs=docs, store_user_data=True).get_docs(linker_nlp.vocab))
     assert [(e.kb_id_, e._.kb_stage) for d in restored for e in d.ents] == [
         (e.kb_id_, e._.kb_stage) for d in docs for e in d.ents
     ]
     assert [e._.kb_ents[0][0] for d in restored for e in d.ents] == [e.kb_id_ for d in docs for e in d.ents]
+    # forked workers (this used to hang in OpenMP after the parent had encoded the KB)
+    forked = list(linker_nlp.pipe([blank_copy(d) for d in test_docs], n_process=2, batch_size=2))
+    assert [(e.kb_id_, e._.kb_name) for d in forked for e in d.ents] == [
+        (e.kb_id_, e._.kb_name) for d in docs for e in d.ents
+    ]
+
+
+def test_factory_is_found_through_the_entry_point_without_importing_the_package():
+    code = (
+        "import spacy, sys; nlp = spacy.blank('en'); pipe = nlp.add_pipe('concept_normalizer'); "
+        "print(type(pipe).__module__, 'spacy_conceptnorm' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["spacy_conceptnorm.component", "True"]
 
 
 def test_save_and_load_gives_identical_predictions_without_reencoding(linker_nlp, test_docs, tmp_path, monkeypatch):

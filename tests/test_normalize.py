@@ -1,4 +1,6 @@
-from spacy_conceptnorm.text.normalize import TextNormalizer, make_text_normalizer
+from spacy.util import registry
+
+from spacy_conceptnorm.text.normalize import TextNormalizer
 
 
 def test_default_normalization_folds_case_punctuation_space_and_accents():
@@ -10,6 +12,7 @@ def test_default_normalization_folds_case_punctuation_space_and_accents():
     assert norm("") == ""
 
 
-def test_options_can_be_switched_off():
-    norm = make_text_normalizer(lowercase=False, strip_punctuation=False, strip_accents=False)
+def test_options_can_be_switched_off_and_the_normalizer_comes_from_the_registry():
+    make = registry.misc.get("spacy_conceptnorm.TextNormalizer.v1")
+    norm = make(lowercase=False, strip_punctuation=False, strip_accents=False)
     assert norm("Sjögren's  Syndrome") == "Sjögren's Syndrome"

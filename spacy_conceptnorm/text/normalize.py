@@ -45,8 +45,4 @@ class TextNormalizer:
         return asdict(self)
 
 
-@registry.misc("spacy_conceptnorm.TextNormalizer.v1")
-def make_text_normalizer(
-    lowercase: bool = True, strip_accents: bool = True, strip_punctuation: bool = True, unicode_form: str = "NFKC"
-) -> TextNormalizer:
-    return TextNormalizer(lowercase, strip_accents, strip_punctuation, unicode_form)
+registry.misc("spacy_conceptnorm.TextNormalizer.v1")(TextNormalizer)
