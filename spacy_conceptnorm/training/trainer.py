@@ -219,9 +219,18 @@ class DevEvaluator:
         return searcher
 
     def _score(self, searcher: SieveSearcher) -> dict[str, float]:
-        matches = searcher.search([text for text, _ in self.mentions])
-        pairs = [(gold, [[cid for cid, _ in m.candidates]]) for (_, gold), m in zip(self.mentions, matches)]
-        return {"dev_acc1": accuracy_at(self.kb, pairs, 1), "dev_acc5": accuracy_at(self.kb, pairs, 5)}
+        """Acc@1 and Acc@5 under the strategy, and Acc@1 of each of its stages alone (`dev_acc1_OD-T`, ...)."""
+        texts = [text for text, _ in self.mentions]
+
+        def pairs(strategy: str | None) -> list:
+            matches = searcher.search(texts, strategy)
+            return [(gold, [[cid for cid, _ in m.candidates]]) for (_, gold), m in zip(self.mentions, matches)]
+
+        scores = pairs(None)
+        out = {"dev_acc1": accuracy_at(self.kb, scores, 1), "dev_acc5": accuracy_at(self.kb, scores, 5)}
+        if len(searcher.stages) > 1:
+            out.update({f"dev_acc1_{st}": accuracy_at(self.kb, pairs(str(st)), 1) for st in searcher.stages})
+        return out
 
     def __call__(self, encoder: NameEncoder) -> dict[str, float]:
         s = self.settings
