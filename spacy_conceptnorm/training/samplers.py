@@ -272,22 +272,9 @@ class TripletSampler:
         index.add(np.arange(len(vectors), dtype=np.int64), vectors)
         queries = sorted({t for t, _ in self.data.anchors}) if queries is None else queries
         out = np.full((len(self.data.texts), k), -1, dtype=np.int64)
-        for start in range(0, len(queries), 4096):
-            rows = queries[start : start + 4096]
-            out[rows] = index.search(vectors[rows], k)[1]
+        out[queries] = index.search(vectors[queries], k)[1]  # the exact index bounds its own score matrix
         return out
 
 
-@registry.misc("spacy_conceptnorm.triplet_sampler.v1")
-def make_triplet_sampler(
-    strategy: str = "random",
-    positives: int = 1,
-    related: int = 2,
-    negatives: int = 5,
-    neighbours: int = 4,
-    search_k: int = 32,
-    hierarchy: str | None = None,
-    anchors_per_epoch: int = 0,
-) -> TripletSampler:
-    """A batch sampler for triplet training (see `TripletSampler`)."""
-    return TripletSampler(strategy, positives, related, negatives, neighbours, search_k, hierarchy, anchors_per_epoch)
+# Registered so a config can pick it: `@misc = "spacy_conceptnorm.triplet_sampler.v1"`.
+registry.misc("spacy_conceptnorm.triplet_sampler.v1")(TripletSampler)
