@@ -43,5 +43,155 @@ def train(
     run_training(config, output, parse_config_overrides(ctx.args), resume=resume)
 
 
+@app.command("preprocess")
+def preprocess(
+    sources: list[Path] = typer.Argument(
+        ..., help="PubTator file(s) (NCBI-disease, BC5CDR); several are concatenated", exists=True, dir_okay=False
+    ),
+    output: Path = typer.Argument(..., help="Where to write the DocBin (.spacy)"),
+    label: str = typer.Option("Disease", help="Entity label of every mention ('' keeps the mention type)"),
+    lang: str = typer.Option("en", help="Language whose tokenizer splits the text"),
+) -> None:
+    """Convert a PubTator corpus to a .spacy DocBin: gold entities with the concept ids as kb_id_, the PMID in
+    user_data. The file is written atomically."""
+    import spacy
+    from spacy.tokens import DocBin
+
+    from .corpus import pubtator_to_docs
+    from .errors import ConceptNormError, Errors
+    from .util import atomic_open
+
+    nlp, doc_bin, n_ents = spacy.blank(lang), DocBin(store_user_data=True), 0
+    for source in sources:
+        n_docs = len(doc_bin)
+        for doc in pubtator_to_docs(nlp, source, label=label or None):
+            doc_bin.add(doc)
+            n_ents += len(doc.ents)
+        if len(doc_bin) == n_docs:
+            raise ConceptNormError(Errors.E603.format(path=source))
+    with atomic_open(output) as f:
+        f.write(doc_bin.to_bytes())
+    typer.echo(f"{len(doc_bin)} documents, {n_ents} entities -> {output}")
+
+
+@app.command("annotate")
+def annotate(
+    model: str = typer.Argument(..., help="Saved pipeline directory (spacy.load), e.g. ner + concept_normalizer"),
+    input: Path = typer.Argument(..., help="A .jsonl, PubTator or .txt file, or a directory of .txt files"),
+    output: Path = typer.Argument(..., help="The .jsonl or .pubtator file to write; an existing one is resumed"),
+    n_process: int = typer.Option(1, "--n-process", help="Processes for nlp.pipe"),
+    batch_size: int = typer.Option(64, "--batch-size", help="Documents per batch (and per flushed write)"),
+    input_format: str = typer.Option("auto", "--input-format", help="auto, jsonl, pubtator or txt"),
+    output_format: str = typer.Option("auto", "--output-format", help="auto, jsonl or pubtator"),
+    strict: bool = typer.Option(False, "--strict", help="Fail on a malformed input record instead of skipping it"),
+    include_text: bool = typer.Option(False, "--include-text", help="Write each document's text to the JSONL"),
+    quiet: bool = typer.Option(False, "--quiet", help="No progress bar and no summary line"),
+) -> None:
+    """Link the entities of every document of INPUT and append them to OUTPUT, skipping ids already there."""
+    from .annotate import annotate as run_annotate
+    from .errors import ConceptNormError
+
+    try:
+        summary = run_annotate(
+            model, input, output, n_process=n_process, batch_size=batch_size, input_format=input_format,
+            output_format=output_format, strict=strict, include_text=include_text, progress=not quiet,
+        )  # fmt: skip
+    except ConceptNormError as e:
+        typer.echo(f"Error: {e}", err=True)
+        raise typer.Exit(1) from None
+    except KeyboardInterrupt:
+        typer.echo(f"Interrupted: {output} holds every completed document; run again to resume.", err=True)
+        raise typer.Exit(130) from None
+    if not quiet:
+        typer.echo(f"{summary} -> {output}")
+
+
+@app.command("evaluate")
+def evaluate(
+    model: Path = typer.Argument(..., help="Saved pipeline directory (ner optional, concept_normalizer)"),
+    test: Path = typer.Option(..., "--test", help="Gold test data: .spacy DocBin or PubTator file"),
+    train: Path = typer.Option(..., "--train", help="Gold train data: its mentions define the refined test set"),
+    dev: Path = typer.Option(None, "--dev", help="Gold dev data for the NIL calibration (omit to skip NIL)"),
+    output: Path = typer.Option(Path("metrics"), "--output", "-o", help="Directory for the JSON, PNG and report.md"),
+    strategies: bool = typer.Option(True, "--strategies/--no-strategies", help="Also score all 14 search strategies"),
+    holdout: float = typer.Option(0.2, help="Part of the mentions whose concepts are held out for NIL"),
+    seed: int = typer.Option(0, help="Seed of the NIL hold-out"),
+) -> None:
+    """Evaluate a pipeline: gold-mention Acc@1/Acc@5, end-to-end P/R/F1, NIL thresholds; write metrics/."""
+    from .evaluation.calibrate import load_pipeline
+    from .evaluation.evaluate import evaluate_pipeline
+    from .evaluation.gold import read_gold_docs
+    from .evaluation.report import write_report
+
+    nlp = load_pipeline(model)
+    test_docs, train_docs = read_gold_docs(nlp, test), read_gold_docs(nlp, train)
+    dev_docs = read_gold_docs(nlp, dev) if dev is not None else None
+    metrics = evaluate_pipeline(nlp, test_docs, train_docs, dev_docs, strategies=strategies, holdout=holdout, seed=seed)
+    report = write_report(metrics, output)
+    typer.echo(report.read_text().split("\n![")[0])
+    typer.echo(f"-> {report}")
+
+
+@app.command("calibrate")
+def calibrate(
+    model: Path = typer.Argument(..., help="Saved pipeline directory"),
+    dev: Path = typer.Option(..., "--dev", help="Gold dev data: .spacy DocBin or PubTator file"),
+    train: Path = typer.Option(None, "--train", help="Gold train data: dev mentions also in it stay domain names"),
+    strategy: str = typer.Option("weighted", help="NIL threshold strategy: weighted, first_fp or last_tp"),
+    tune_sieve: bool = typer.Option(True, help="Also choose the sieve threshold on dev"),
+    holdout: float = typer.Option(0.2, help="Part of the dev mentions whose concepts are held out"),
+    seed: int = typer.Option(0, help="Seed of the hold-out"),
+    to: Path = typer.Option(None, "--to", help="Save the calibrated pipeline here (default: rewrite MODEL)"),
+    output: Path = typer.Option(None, "--output", "-o", help="Also write the calibration figures here (JSON)"),
+) -> None:
+    """Choose the sieve threshold and the NIL threshold (DILBERT's strategies) on dev; save them into the pipeline."""
+    import srsly
+
+    from .evaluation.calibrate import calibrate as run_calibration
+    from .util import atomic_open
+
+    figures = run_calibration(
+        model, dev, strategy, holdout, seed, train=train, tune_sieve=tune_sieve, output_model=to
+    )  # fmt: skip
+    typer.echo(f"dev mentions taken out of the domain names while calibrating: {figures['hidden_dev_names']}")
+    if figures["sieve"]:
+        accs = "  ".join(f"{t}: {100 * a:.2f}" for t, a in figures["sieve"]["dev_acc1"].items())
+        typer.echo(f"sieve threshold, dev Acc@1 -> {accs}; chosen {figures['sieve']['threshold']}")
+    for name, value in figures["thresholds"].items():
+        acc = figures["dev"][name]
+        typer.echo(
+            f"{name:>8}: threshold {value:.4f}  dev in-KB {100 * acc['in_kb_acc']:.2f}  "
+            f"out-of-KB {100 * acc['out_of_kb_acc']:.2f}  overall {100 * acc['overall_acc']:.2f}"
+        )
+    if output is not None:
+        with atomic_open(output, "w") as f:
+            f.write(srsly.json_dumps(figures, indent=2) + "\n")
+    typer.echo(f"nil_threshold = {figures['nil_threshold']:.4f} ({strategy}) -> {to or model}")
+
+
+@app.command("assemble", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def assemble(
+    ctx: typer.Context,
+    config: Path = typer.Argument(..., help="Pipeline config, e.g. configs/pipeline.cfg", exists=True, dir_okay=False),
+    output: Path = typer.Argument(..., help="Pipeline directory to write; an existing one is replaced whole"),
+) -> None:
+    """Assemble a pipeline from a config as `spacy assemble` does (sourced components, the initialize section),
+    but write it beside OUTPUT and swap it in only once saved: a failed run leaves the previous pipeline intact.
+    Override config values as `spacy assemble` does: --paths.ner training/ner/model-best."""
+    from spacy.cli._util import parse_config_overrides, show_validation_error
+    from spacy.util import get_sourced_components, load_config, load_model_from_config
+
+    from .training.trainer import write_dir_atomically
+
+    with show_validation_error(config, hint_fill=False):
+        cfg = load_config(config, overrides=parse_config_overrides(ctx.args), interpolate=False)
+        nlp = load_model_from_config(cfg, auto_fill=True)
+    nlp._link_components()  # as spacy assemble: listeners are linked before initializing
+    with nlp.select_pipes(disable=[*get_sourced_components(cfg.interpolate())]):
+        nlp.initialize()
+    write_dir_atomically(output, nlp.to_disk)
+    typer.echo(f"{' -> '.join(nlp.pipe_names)} -> {output}")
+
+
 def main() -> None:
     app()

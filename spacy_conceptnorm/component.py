@@ -10,13 +10,13 @@ Values live in `doc.user_data`, so they survive DocBin (store_user_data=True) an
 """
 
 
+import json
 import shutil
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-import srsly
 from spacy.language import Language
 from spacy.pipeline import Pipe
 from spacy.tokens import Doc, Span
@@ -314,7 +314,7 @@ class ConceptNormalizer(Pipe):
         if not (path / "cfg").exists():
             raise ConceptNormError(Errors.E302.format(path=path, detail="no cfg file (was the pipeline saved?)"))
         try:
-            cfg = srsly.read_json(path / "cfg")
+            cfg = json.loads((path / "cfg").read_text(encoding="utf8"))
         except ValueError as e:
             raise ConceptNormError(Errors.E004.format(path=path / "cfg", detail=e)) from None
         encoder_cfg = cfg.pop("encoder", {})
@@ -329,8 +329,9 @@ class ConceptNormalizer(Pipe):
 
 
 def _write_json(path: Path, data: dict) -> None:
+    # the standard library's json: it writes and reads floats exactly (ujson, srsly's, reads 0.95 as 0.95000...01)
     with atomic_open(path, "w") as f:
-        f.write(srsly.json_dumps(data, indent=2))
+        f.write(json.dumps(data, indent=2))
 
 
 def _replace_dir(path: Path, write: Callable[[Path], None]) -> None:

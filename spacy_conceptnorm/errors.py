@@ -65,6 +65,34 @@ class Errors:
     # evaluation and data
     E601 = "{path}: document {pmid}: annotation {start}-{end} {text!r} does not match the document text."
     E602 = "{path}: cannot parse PubTator ({detail})."
+    E603 = "{path} holds no PubTator document: nothing to convert (is it the right file?)."
+    # annotate command (E801 is a warning, or an error with --strict; E806 is a warning)
+    E801 = "{path}:{line}: {problem}"
+    E802 = "Unknown {what} format {fmt!r}; choose one of {choices}."
+    E803 = "Cannot tell the output format from {path}: name it .jsonl or .pubtator, or give --output-format."
+    E804 = "Input not found: {path}"
+    E805 = (
+        "{path}:{line}: expected {expected}: this file was not written by `annotate` in this format, so it is not "
+        "appended to. Move it away or choose another output file or --output-format."
+    )
+    E806 = "{path} ended in a half-written record (an interrupted run): removed its last {count} bytes."
+    E807 = "{path} is a directory: it is read as .txt files, so --input-format must be 'txt' or 'auto', not {fmt!r}."
+    E808 = " (further input problems are only counted in the summary)"
+    E809 = (
+        "Document {id!r} has {length} characters, more than nlp.max_length ({limit}): annotated in {pieces} pieces "
+        "cut at line breaks (else spaces); an abbreviation defined in one piece is not resolved in the others."
+    )
+    # evaluate and calibrate
+    E901 = "Gold data not found: {path} (give a .spacy DocBin or a PubTator file)."
+    E902 = "{what} holds no gold entity with a concept id: nothing to evaluate."
+    E903 = "{model} has no concept_normalizer component (its components: {names})."
+    E904 = "Pipeline directory not found: {path}"
+    E905 = "Unknown NIL threshold strategy {strategy!r}; choose one of {choices}."
+    E906 = (
+        "Cannot calibrate a NIL threshold: it needs correctly linked in-KB mentions and out-of-KB mentions, "
+        "got {tp} and {out}. Use more dev data or a larger holdout."
+    )
+    E907 = "holdout must be a fraction strictly between 0 and 1, got {value!r}."
 
 
 class Warnings:

@@ -35,6 +35,10 @@ def read_lines(path: str | Path, encoding: str = "utf-8") -> Iterator[tuple[int,
             yield lineno, line.rstrip("\r\n")
 
 
+_UMASK = os.umask(0o022)  # read the process umask (there is no getter) and put it back
+os.umask(_UMASK)
+
+
 @contextmanager
 def atomic_open(path: str | Path, mode: str = "wb") -> Iterator[IO]:
     """Open a temporary file beside `path` and move it into place only when the block finishes without error."""
@@ -42,6 +46,7 @@ def atomic_open(path: str | Path, mode: str = "wb") -> Iterator[IO]:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes it owner-only; give it a plain file's permissions
         with os.fdopen(fd, mode) as f:
             yield f
             f.flush()

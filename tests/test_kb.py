@@ -1,4 +1,5 @@
 import gzip
+import os
 
 import pytest
 
@@ -156,6 +157,9 @@ def test_round_trip_and_corrupt_files(kb, tmp_path):
     assert loaded.concepts_for("crc", SOURCE_BITS[DOMAIN]) == ["D015179"]
     assert loaded.resolve("OMIM:114480") == "D001943"
     assert not list(tmp_path.glob(".*tmp"))  # the atomic write left no temporary file
+    umask = os.umask(0)
+    os.umask(umask)
+    assert path.stat().st_mode & 0o777 == 0o666 & ~umask  # a plain file's permissions, not mkstemp's 0600
 
     truncated = tmp_path / "truncated.kb"
     truncated.write_bytes(path.read_bytes()[: path.stat().st_size // 2])

@@ -409,6 +409,20 @@ def test_train_writes_loadable_models_and_resume_continues_an_interrupted_run(tm
     assert all(torch.allclose(x, y, atol=1e-5) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
 
 
+def test_model_best_stays_the_starting_model_when_no_epoch_beats_it(tmp_path, overrides, monkeypatch):
+    from spacy_conceptnorm.training import trainer
+
+    scores = iter([0.9, 0.5, 0.6])  # epoch 0 (the starting model), then two worse epochs
+    monkeypatch.setattr(trainer.DevEvaluator, "__call__", lambda self, encoder: {"dev_acc1": next(scores)})
+    metrics = train(CONFIG, tmp_path, overrides)
+    assert metrics["best_epoch"] == 0 and metrics["best_dev_acc1"] == 0.9
+    start = NameEncoder(overrides["encoder.model"]).model.state_dict()
+    best = NameEncoder(str(tmp_path / "model-best")).model.state_dict()
+    last = NameEncoder(str(tmp_path / "model-last")).model.state_dict()
+    assert all(torch.equal(start[k], best[k]) for k in start)
+    assert not all(torch.equal(start[k], last[k]) for k in start)
+
+
 @pytest.mark.parametrize("strategy,loss", [("dynamic", LOSSES[2]), ("random+parents", LOSSES[1])])
 def test_other_recipes_train(tmp_path, overrides, strategy, loss):
     metrics = train(CONFIG, tmp_path, {**overrides, "training.sampler.strategy": strategy,

@@ -77,6 +77,7 @@ def main(
     all_strategies: bool = typer.Option(False, help="Report all 14 strategies of Xu & Bethard's Table 4"),
     dev: bool = typer.Option(False, help="Evaluate on dev (domain synonyms from train only) instead of test"),
     threads: int = typer.Option(0, help="torch threads (0: torch's default)"),
+    threshold: float = typer.Option(None, help="Sieve threshold (default: the component's, 0.95)"),
     pipeline: Path = typer.Option(
         None, help="Reuse the pipeline saved here by an earlier run with the same options, or save it here"
     ),
@@ -111,6 +112,8 @@ def main(
         if pipeline:
             nlp.to_disk(pipeline)
     normalizer = nlp.get_pipe("concept_normalizer")
+    if threshold is not None:
+        normalizer.set_strategy(normalizer.cfg["strategy"], threshold)
     text_components = ["abbreviation_resolver", "composite_splitter"]
 
     strategies = ALL_STRATEGIES if all_strategies else REPORTED

@@ -2,8 +2,8 @@
 
 Reads a spaCy-style config (`configs/train_xu_bethard.cfg` is the default recipe), builds the training texts
 (Train:O or Train:OD), and trains the name encoder on batches from the configured sampler with the configured
-loss. Each epoch it measures dev Acc@1, writes `OUTPUT/model-last`, `OUTPUT/model-best` when dev improved,
-and a checkpoint `OUTPUT/checkpoint` that `resume=True` continues from (model, optimizer, schedule, random
+loss. Each epoch it measures dev Acc@1, writes `OUTPUT/model-last`, `OUTPUT/model-best` when dev beat every
+earlier epoch (the starting model, epoch 0, included), and a checkpoint `OUTPUT/checkpoint` that `resume=True` continues from (model, optimizer, schedule, random
 states, history). Every directory is written beside its target and renamed into place, so an interrupted run
 leaves the previous complete version. A model directory is a transformers model that `NameEncoder(path)`
 loads, with `training.cfg`, `encoder.json` and `metrics.json` beside the weights.
@@ -395,10 +395,14 @@ def train(
         scores = evaluator(encoder)
         state["candidates"] = evaluator.candidates
         state["history"].append({"epoch": 0, "step": 0, **scores, "eval_seconds": round(time.perf_counter() - t, 1)})
+        # the starting model is the one to beat: an epoch that scores lower on dev never becomes model-best
+        state["best"], state["best_epoch"] = scores["dev_acc1"], 0
         whole = f"; whole KB {100 * scores['dev_acc1_full_kb']:.2f}" if "dev_acc1_full_kb" in scores else ""
         _log(f"Epoch 0 (starting model): dev Acc@1 {100 * scores['dev_acc1']:.2f}{whole} ({evaluator.protocol})")
     output.mkdir(parents=True, exist_ok=True)
     (output / "training.cfg").write_text(config.to_str())
+    if saved is None and state["best_epoch"] == 0:
+        save_model(encoder, output / "model-best", config, _metrics(state, evaluator, settings, None), base_model)
 
     dtype = encoder.autocast_dtype()
     scaler = torch.amp.GradScaler("cuda", enabled=dtype == torch.float16 and encoder.device.startswith("cuda"))

@@ -1,0 +1,162 @@
+"""`calibrate`: tune a saved pipeline on dev gold data and write the result into it.
+
+Two settings are chosen on dev: the sieve `threshold` (Xu & Bethard's "Search:tuned": trained encoders give
+higher cosines than the 0.95 the paper fixed, so the first stage answers wrongly more often), the one of
+`SIEVE_THRESHOLDS` with the best dev Acc@1; then the NIL threshold (see `nil`). While dev is scored, the dev
+mentions are taken out of the domain names (a pipeline assembled with train+dev mentions as synonyms would
+otherwise find each dev mention itself), except those that are train mentions too; they are put back before
+saving.
+
+The values go to the component's cfg (saved in `concept_normalizer/cfg`, which `from_disk` reads) and to the
+pipeline's config (`config.cfg`, `[components.concept_normalizer]`), so both agree after `spacy.load`. The
+pipeline is written beside its target directory and swapped in, so a failure leaves the old one.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import spacy
+from spacy.language import Language
+from spacy.tokens import Doc
+
+from ..component import ConceptNormalizer
+from ..corpus import mention_spans
+from ..errors import ConceptNormError, Errors
+from ..kb import DOMAIN, SOURCE_BITS
+from .gold import get_normalizer, link_gold_mentions, mention_accuracy, read_gold_docs
+from .nil import NIL_STRATEGIES, nil_figures
+from .scoring import gold_ids
+
+DOMAIN_BIT = SOURCE_BITS[DOMAIN]
+SIEVE_THRESHOLDS = (0.9, 0.92, 0.94, 0.95, 0.96, 0.97, 0.98, 0.99, 1.0)
+
+
+def set_nil_threshold(nlp: Language, threshold: float) -> None:
+    """Set the concept_normalizer's `nil_threshold` in its cfg and in `nlp.config`."""
+    name, normalizer = get_normalizer(nlp)
+    normalizer.cfg["nil_threshold"] = float(threshold)
+    nlp.get_pipe_config(name)["nil_threshold"] = float(threshold)  # the object `nlp.config` is built from
+
+
+def storable_threshold(value: float) -> float:
+    """`value` rounded down to 6 decimals, and at least 1e-9 under it. The saved cfg keeps 10 significant digits
+    and its JSON reader may be a hair off, so the exact value could read back above the score that defined it and
+    turn that mention NIL (a score equal to the threshold is linked); the margin keeps it linked."""
+    stored = math.floor(value * 1e6) / 1e6
+    return stored if stored <= value - 1e-9 else stored - 1e-6
+
+
+def save_pipeline(nlp: Language, path: str | Path) -> None:
+    """`nlp.to_disk` into a temporary directory beside `path`, then swap it in."""
+    from ..training.trainer import write_dir_atomically
+
+    write_dir_atomically(Path(path), nlp.to_disk)
+
+
+def load_pipeline(model: str | Path) -> Language:
+    """`spacy.load` a pipeline directory; a missing one raises ConceptNormError naming it."""
+    if not Path(model).is_dir():
+        raise ConceptNormError(Errors.E904.format(path=model))
+    nlp = spacy.load(model)
+    get_normalizer(nlp, str(model))
+    return nlp
+
+
+def set_sieve_threshold(nlp: Language, threshold: float) -> None:
+    """Set the concept_normalizer's sieve `threshold` in its searcher, its cfg and `nlp.config`."""
+    name, normalizer = get_normalizer(nlp)
+    normalizer.set_strategy(normalizer.cfg["strategy"], float(threshold))
+    nlp.get_pipe_config(name)["threshold"] = float(threshold)
+
+
+def _single_concept_pairs(normalizer: ConceptNormalizer, docs: list[Doc]) -> set[tuple[str, str]]:
+    kb = normalizer.kb
+    pairs = set()
+    for ent in mention_spans(docs):
+        ids = gold_ids(ent.kb_id_)
+        cid = kb.resolve(ids[0]) if len(ids) == 1 else None
+        if cid is not None and kb.normalizer(ent.text):
+            pairs.add((kb.normalizer(ent.text), cid))
+    return pairs
+
+
+@contextmanager
+def dev_mentions_hidden(nlp: Language, dev_docs: list[Doc], train_docs: list[Doc] | None) -> Iterator[int]:
+    """Take the dev mentions out of the domain names for the duration (not those that are train mentions
+    too), then put them back. Yields how many (name, concept) pairs were taken out."""
+    _, normalizer = get_normalizer(nlp)
+    keep = _single_concept_pairs(normalizer, train_docs) if train_docs else set()
+    kb = normalizer.kb
+    hidden = sorted(
+        (name, cid)
+        for name, cid in _single_concept_pairs(normalizer, dev_docs) - keep
+        if cid in kb.concepts_for(name, DOMAIN_BIT)
+    )
+    normalizer.remove_synonyms(hidden)
+    try:
+        yield len(hidden)
+    finally:
+        normalizer.add_synonyms(hidden)
+
+
+def tune_sieve_threshold(nlp: Language, dev_docs: list[Doc], grid: tuple[float, ...] = SIEVE_THRESHOLDS) -> dict:
+    """Dev Acc@1 of the configured sieve at each threshold of `grid`, and the best threshold (ties: the one
+    nearest the paper's 0.95). A single-stage strategy has no threshold: the result is empty."""
+    _, normalizer = get_normalizer(nlp)
+    if len(normalizer.searcher.stages) < 2:
+        return {}
+    configured = normalizer.cfg["threshold"]
+    scores = {}
+    try:
+        for threshold in grid:
+            normalizer.set_strategy(normalizer.cfg["strategy"], threshold)
+            scores[threshold] = mention_accuracy(nlp, link_gold_mentions(nlp, dev_docs), set())["acc1"]
+    finally:
+        normalizer.set_strategy(normalizer.cfg["strategy"], configured)
+    best = max(grid, key=lambda t: (round(scores[t], 9), -abs(t - 0.95)))
+    return {"dev_acc1": {str(t): acc for t, acc in scores.items()}, "threshold": best}
+
+
+def calibrate(
+    model: str | Path,
+    dev: str | Path,
+    strategy: str = "weighted",
+    holdout: float = 0.2,
+    seed: int = 0,
+    *,
+    train: str | Path | None = None,
+    tune_sieve: bool = True,
+    output_model: str | Path | None = None,
+) -> dict:
+    """Calibrate a saved pipeline on dev gold data: its sieve threshold, then its NIL threshold, and save it.
+
+    model (Path): The saved pipeline directory.
+    dev (Path): Dev gold data, a `.spacy` DocBin or a PubTator file.
+    strategy (str): NIL threshold strategy: "weighted" (default), "first_fp" or "last_tp".
+    holdout (float): Part of the dev mentions whose concepts are held out to make out-of-KB cases.
+    seed (int): Seed of the hold-out.
+    train (Optional[Path]): Train gold data: dev mentions that are also train mentions stay domain names while
+        dev is scored. None takes every dev mention out.
+    tune_sieve (bool): Also choose the sieve threshold on dev (else keep the configured one).
+    output_model (Optional[Path]): Where to save the calibrated pipeline; None rewrites `model` in place.
+    RETURNS (dict): The NIL figures on dev, with "strategy", the chosen "nil_threshold", "sieve" (the sieve
+        threshold search) and "hidden_dev_names".
+    """
+    if strategy not in NIL_STRATEGIES:
+        raise ConceptNormError(Errors.E905.format(strategy=strategy, choices=NIL_STRATEGIES))
+    nlp = load_pipeline(model)
+    dev_docs = read_gold_docs(nlp, dev)
+    train_docs = read_gold_docs(nlp, train) if train is not None else None
+    with dev_mentions_hidden(nlp, dev_docs, train_docs) as hidden:
+        sieve = tune_sieve_threshold(nlp, dev_docs) if tune_sieve else {}
+        if sieve:
+            set_sieve_threshold(nlp, sieve["threshold"])
+        figures = nil_figures(nlp, dev_docs, None, holdout, seed)
+    threshold = storable_threshold(figures["thresholds"][strategy])
+    set_nil_threshold(nlp, threshold)
+    save_pipeline(nlp, output_model or model)
+    return {**figures, "strategy": strategy, "nil_threshold": threshold, "sieve": sieve, "hidden_dev_names": hidden}

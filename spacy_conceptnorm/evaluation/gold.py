@@ -1,0 +1,107 @@
+"""Gold data for evaluation: reading gold docs, and linking their gold mentions with the pipeline.
+
+Gold-mention linking follows `benchmarks.ncbi`: the gold entities lose their concept ids, the pipeline runs on
+them with its `ner` disabled (the text components stay on), and each prediction is paired with its gold id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from spacy.language import Language
+from spacy.tokens import Doc, DocBin
+
+from ..benchmarks.ncbi import strip_links
+from ..component import ConceptNormalizer
+from ..corpus import pubtator_to_docs
+from ..errors import ConceptNormError, Errors
+from .scoring import accuracy_at
+
+NO_SCORE = -1.0  # the lowest cosine: the score of a part that found no candidate
+
+
+@dataclass
+class LinkedMention:
+    """A gold mention and what the pipeline predicted for it.
+
+    gold (str): The gold concept id(s) as written, e.g. "D001943" or "D001943|D010051".
+    text (str): The mention text.
+    parts (List[List[str]]): Candidate concept ids per predicted part, best first.
+    score (float): The lowest of the parts' best cosines (a composite is linked only if every part is).
+    """
+
+    gold: str
+    text: str
+    parts: list[list[str]]
+    score: float
+
+
+def read_gold_docs(nlp: Language, path: str | Path) -> list[Doc]:
+    """Gold docs from a `.spacy` DocBin or a PubTator file (gold `ent.kb_id_` = concept id).
+
+    nlp (Language): Provides the vocab and, for PubTator, the tokenizer.
+    path (Path): The file.
+    RETURNS (List[Doc]): The docs; a file without any gold mention raises ConceptNormError.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ConceptNormError(Errors.E901.format(path=path))
+    if path.suffix == ".spacy":
+        docs = list(DocBin(store_user_data=True).from_disk(path).get_docs(nlp.vocab))
+    else:
+        docs = list(pubtator_to_docs(nlp, path))
+    if not any(ent.kb_id_ for doc in docs for ent in doc.ents):
+        raise ConceptNormError(Errors.E902.format(what=str(path)))
+    return docs
+
+
+def get_normalizer(nlp: Language, model: str = "the pipeline") -> tuple[str, ConceptNormalizer]:
+    """The name and instance of the pipeline's concept_normalizer; ConceptNormError names `model` if none."""
+    for name, pipe in nlp.pipeline:
+        if isinstance(pipe, ConceptNormalizer):
+            return name, pipe
+    raise ConceptNormError(Errors.E903.format(model=model, names=nlp.pipe_names))
+
+
+def link_gold_mentions(nlp: Language, docs: Iterable[Doc]) -> list[LinkedMention]:
+    """Run the pipeline (without `ner`) on the gold entities of the docs, one LinkedMention per gold mention
+    that carries a concept id."""
+    _, normalizer = get_normalizer(nlp)
+    docs = list(docs)
+    disabled = [name for name in ("ner",) if name in nlp.pipe_names]
+    with nlp.select_pipes(disable=disabled):
+        predicted = list(nlp.pipe(strip_links(docs), batch_size=normalizer.cfg["batch_size"]))
+    out = []
+    for gold_doc, pred_doc in zip(docs, predicted):
+        by_offsets = {(e.start_char, e.end_char): e for e in pred_doc.ents}
+        for gold in gold_doc.ents:
+            if gold.kb_id_:
+                pred = by_offsets.get((gold.start_char, gold.end_char))
+                parts, score = _parts_and_score(pred) if pred is not None else ([], NO_SCORE)
+                out.append(LinkedMention(gold.kb_id_, gold.text, parts, score))
+    return out
+
+
+def _parts_and_score(span) -> tuple[list[list[str]], float]:
+    records = span._.kb_parts or []
+    parts = [[cid for cid, _ in r["candidates"]] for r in records]
+    scores = [r["candidates"][0][1] if r["candidates"] else NO_SCORE for r in records]
+    return parts, min(scores, default=NO_SCORE)
+
+
+def mention_accuracy(nlp: Language, mentions: list[LinkedMention], refined_out: set[str]) -> dict[str, float]:
+    """Acc@1 and Acc@5 on all mentions and on the refined set (mentions whose normalized text is not in
+    `refined_out`, the normalized domain/train mentions)."""
+    kb = get_normalizer(nlp)[1].kb
+    full = [(m.gold, m.parts) for m in mentions]
+    refined = [(m.gold, m.parts) for m in mentions if kb.normalizer(m.text) not in refined_out]
+    return {
+        "acc1": accuracy_at(kb, full, 1),
+        "acc5": accuracy_at(kb, full, 5),
+        "refined_acc1": accuracy_at(kb, refined, 1),
+        "refined_acc5": accuracy_at(kb, refined, 5),
+        "mentions": len(full),
+        "refined_mentions": len(refined),
+    }

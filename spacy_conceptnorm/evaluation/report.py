@@ -1,0 +1,144 @@
+"""The evaluation report: `metrics/evaluation.json` (every figure), `metrics/headline.json` (the headline numbers
+as printed), `metrics/evaluation.png` (Acc@1 per search strategy; scores of right and wrong links) and
+`metrics/report.md`. Every file is written beside its target and renamed into place.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import srsly
+
+from ..util import atomic_open
+
+PNG = "evaluation.png"
+
+
+def headline(metrics: dict) -> dict[str, float | None]:
+    """The headline numbers, in report order: accuracies and P/R/F1 in percent (2 decimals), NIL thresholds as
+    cosines (4 decimals); None where a part was not evaluated."""
+    gold, e2e, nil = metrics["gold_mentions"], metrics.get("end_to_end"), metrics.get("nil")
+    rows: dict[str, float | None] = {
+        "Acc@1, gold mentions": _pct(gold["acc1"]),
+        "Acc@5, gold mentions": _pct(gold["acc5"]),
+        "Acc@1, refined gold mentions": _pct(gold["refined_acc1"]),
+        "Acc@5, refined gold mentions": _pct(gold["refined_acc5"]),
+    }
+    for key, label in (("ner", "NER"), ("ner_linking", "NER+linking")):
+        for metric, name in (("p", "precision"), ("r", "recall"), ("f", "F1")):
+            rows[f"{label} {name}, end to end"] = _pct(e2e[key][metric]) if e2e else None
+    if nil:
+        split = "test" if "test" in nil else "dev"
+        for strategy, threshold in nil["thresholds"].items():
+            acc = nil[split][strategy]
+            rows[f"NIL threshold, {strategy}"] = round(threshold, 4)
+            rows[f"NIL in-KB accuracy, {strategy} ({split})"] = _pct(acc["in_kb_acc"])
+            rows[f"NIL out-of-KB accuracy, {strategy} ({split})"] = _pct(acc["out_of_kb_acc"])
+            rows[f"NIL overall accuracy, {strategy} ({split})"] = _pct(acc["overall_acc"])
+    return rows
+
+
+def write_report(metrics: dict, output: str | Path) -> Path:
+    """Write the JSON files, the plot and `report.md` into `output`; return the report's path."""
+    output = Path(output)
+    output.mkdir(parents=True, exist_ok=True)
+    rows = headline(metrics)
+    _write_json(output / "evaluation.json", metrics)
+    _write_json(output / "headline.json", rows)
+    with atomic_open(output / PNG, "wb") as f:
+        plot(metrics).savefig(f, format="png", dpi=100)
+    with atomic_open(output / "report.md", "w") as f:
+        f.write(markdown(metrics, rows))
+    return output / "report.md"
+
+
+def markdown(metrics: dict, rows: dict[str, float | None]) -> str:
+    gold, pipe = metrics["gold_mentions"], metrics["pipeline"]
+    lines = [
+        "# Evaluation report",
+        "",
+        f"Sieve `{pipe['strategy']}`, `nil_threshold` {pipe['nil_threshold']:.4f}; {gold['mentions']} gold test "
+        f"mentions, {gold['refined_mentions']} in the refined set (text not among the train mentions).",
+        "",
+        "## Headline",
+        "",
+        "| metric | value |",
+        "|---|---|",
+        *(f"| {name} | {_fmt(value, 4 if name.startswith('NIL threshold') else 2)} |" for name, value in rows.items()),
+        "",
+        f"![Acc@1 per search strategy; scores of right and wrong links]({PNG})",
+        "",
+    ]
+    if metrics.get("strategies"):
+        lines += ["## Search strategies (gold mentions)", ""]
+        lines += ["| strategy | Acc@1 | Acc@5 | refined Acc@1 | refined Acc@5 |", "|---|---|---|---|---|"]
+        for strategy, r in metrics["strategies"].items():
+            values = " | ".join(_fmt(_pct(r[k])) for k in ("acc1", "acc5", "refined_acc1", "refined_acc5"))
+            lines.append(f"| {strategy} | {values} |")
+        lines.append("")
+    nil = metrics.get("nil")
+    if nil:
+        lines += [
+            "## NIL calibration",
+            "",
+            f"Random gold concepts whose mentions make up {100 * nil['holdout_fraction']:.0f}% of the mentions "
+            f"(seed {nil['seed']}) are held out of the search, so those mentions are out of the KB. Thresholds are "
+            "calibrated on dev.",
+            "",
+            "| strategy | threshold | split | in-KB acc | out-of-KB acc | overall acc | in-KB / out-of-KB mentions |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for strategy, threshold in nil["thresholds"].items():
+            for split in ("dev", "test"):
+                if split in nil:
+                    a = nil[split][strategy]
+                    lines.append(
+                        f"| {strategy} | {threshold:.4f} | {split} | {_fmt(_pct(a['in_kb_acc']))} | "
+                        f"{_fmt(_pct(a['out_of_kb_acc']))} | {_fmt(_pct(a['overall_acc']))} | "
+                        f"{a['in_kb']} / {a['out_of_kb']} |"
+                    )
+        lines.append("")
+    if metrics.get("end_to_end") is None:
+        lines += ["End-to-end scores: not computed (the pipeline has no `ner`).", ""]
+    return "\n".join(lines)
+
+
+def plot(metrics: dict):
+    """A matplotlib Figure (Agg canvas): Acc@1 per search strategy, and histograms of the best scores of right
+    and wrong gold-mention links, with the calibrated NIL thresholds."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(12, 4.5), layout="constrained")
+    FigureCanvasAgg(fig)
+    bars, hist = fig.subplots(1, 2, width_ratios=[3, 2])
+    acc = {s: r["acc1"] for s, r in metrics.get("strategies", {}).items()}
+    acc = acc or {metrics["pipeline"]["strategy"]: metrics["gold_mentions"]["acc1"]}
+    bars.bar(list(acc), [100 * v for v in acc.values()], color="tab:blue")
+    bars.set_ylabel("Acc@1 (%)")
+    bars.set_title("Gold-mention Acc@1 per search strategy")
+    bars.tick_params(axis="x", labelrotation=60)
+    scores = metrics["scores"]
+    hist.hist([scores["right"], scores["wrong"]], bins=20, label=["right", "wrong"], color=["tab:green", "tab:red"])
+    thresholds = (metrics.get("nil") or {}).get("thresholds", {})
+    for (strategy, threshold), style in zip(thresholds.items(), (":", "--", "-")):
+        hist.axvline(threshold, color="black", linestyle=style, label=f"NIL {strategy}")
+    hist.set_yscale("log")  # exact matches (cosine 1) outnumber the rest by far
+    hist.set_xlabel("best candidate cosine")
+    hist.set_ylabel("mentions (log scale)")
+    hist.set_title("Scores of right and wrong links")
+    hist.legend()
+    return fig
+
+
+def _pct(value: float) -> float:
+    return round(100 * value, 2)
+
+
+def _fmt(value: float | None, decimals: int = 2) -> str:
+    return "n/a" if value is None else f"{value:.{decimals}f}"
+
+
+def _write_json(path: Path, data) -> None:
+    with atomic_open(path, "w") as f:
+        f.write(srsly.json_dumps(data, indent=2) + "\n")

@@ -1,0 +1,236 @@
+"""The evaluation workflow: gold-mention and end-to-end scores, NIL thresholds and calibration, the report, the CLI.
+
+A fast pipeline: `spacy.blank("en")`, an entity_ruler named "ner", and a concept_normalizer over the MEDIC sample
+with the trigram test encoder (built through the registry, so a saved pipeline loads it back)."""
+
+import re
+
+import pytest
+import spacy
+import srsly
+from spacy.tokens import DocBin
+from spacy.training import Example
+from typer.testing import CliRunner
+
+from spacy_conceptnorm.cli import app
+from spacy_conceptnorm.encoder import NameEncoder
+from spacy_conceptnorm.errors import ConceptNormError
+from spacy_conceptnorm.evaluation.calibrate import calibrate, load_pipeline
+from spacy_conceptnorm.evaluation.evaluate import evaluate_pipeline
+from spacy_conceptnorm.evaluation.gold import read_gold_docs
+from spacy_conceptnorm.evaluation.nil import NilCase, holding_out, nil_accuracy, nil_thresholds
+from spacy_conceptnorm.evaluation.report import write_report
+from spacy_conceptnorm.kb import DOMAIN, Concept, KnowledgeBase, load_kb
+from spacy_conceptnorm.search import ALL_STRATEGIES, SieveSearcher
+
+from .fake_encoder import TrigramEncoder
+
+
+class SavedTrigramEncoder(TrigramEncoder, NameEncoder):
+    """The trigram encoder as a NameEncoder whose saved cfg is empty, so `from_disk` keeps the one the config
+    built instead of loading a transformer."""
+
+    def config(self):
+        return {}
+
+
+@spacy.registry.misc("test_evaluation.trigram_encoder.v1")
+def make_trigram_encoder() -> SavedTrigramEncoder:
+    return SavedTrigramEncoder()
+
+
+PATTERNS = [
+    {"label": "Disease", "pattern": [{"LOWER": "breast"}, {"LOWER": "cancer"}]},
+    {"label": "Disease", "pattern": [{"LOWER": "ovarian"}, {"LOWER": "cancer"}]},
+    {"label": "Chemical", "pattern": [{"LOWER": "liver"}, {"LOWER": "disease"}]},
+]
+TEXT = "Breast cancer and ovarian cancer run in families with hemochromatosis. Liver disease was rare."
+GOLD = [  # ovarian cancer's gold id is deliberately not what the linker finds (D010051)
+    ("Breast cancer", "D001943"),
+    ("ovarian cancer", "D009369"),
+    ("hemochromatosis", "D006432"),
+    ("Liver disease", "D008107"),
+]
+
+
+def make_nlp(fixtures, train_docs):
+    nlp = spacy.blank("en")
+    nlp.add_pipe("entity_ruler", name="ner").add_patterns(PATTERNS)
+    encoder = {"@misc": "test_evaluation.trigram_encoder.v1"}
+    normalizer = nlp.add_pipe("concept_normalizer", config={"encoder": encoder})
+    normalizer.initialize(
+        lambda: [Example(d, d) for d in train_docs], nlp=nlp, kb=load_kb(fixtures / "medic_sample.txt")
+    )
+    return nlp
+
+
+@pytest.fixture(scope="module")
+def nlp(fixtures, train_docs):
+    return make_nlp(fixtures, train_docs)
+
+
+@pytest.fixture(scope="module")
+def saved(nlp, tmp_path_factory):
+    path = tmp_path_factory.mktemp("pipelines") / "model"
+    nlp.to_disk(path)
+    return path
+
+
+def gold_doc(nlp, text, mentions):
+    doc = nlp.make_doc(text)
+    doc.ents = [doc.char_span(text.index(m), text.index(m) + len(m), label="Disease", kb_id=cid) for m, cid in mentions]
+    return doc
+
+
+def test_nil_thresholds_follow_dilbert_on_hand_made_scores():
+    tp, out = [0.9, 0.8, 0.7], [0.75, 0.6]
+    t = nil_thresholds(tp, out)
+    assert t["first_fp"] == 0.75 and t["last_tp"] == 0.7
+    assert t["weighted"] == pytest.approx(3 / 5 * 0.75 + 2 / 5 * 0.7)  # 0.73: TP share weighs first_fp
+    cases = [NilCase(s, True, True) for s in tp] + [NilCase(0.95, True, False)]
+    cases += [NilCase(s, False, False) for s in out]
+    # at last_tp every TP is kept, the NIL case at 0.75 is linked: in-KB 3/4, out-of-KB 1/2, overall 4/6
+    assert nil_accuracy(cases, t["last_tp"]) == pytest.approx(
+        {"in_kb_acc": 3 / 4, "out_of_kb_acc": 1 / 2, "overall_acc": 4 / 6, "in_kb": 4, "out_of_kb": 2}
+    )
+    # above 0.75 both out-of-KB cases are NIL, and the TP at 0.7 is lost
+    assert nil_accuracy(cases, 0.76)["out_of_kb_acc"] == 1.0 and nil_accuracy(cases, 0.76)["in_kb_acc"] == 2 / 4
+    with pytest.raises(ConceptNormError, match="out-of-KB"):
+        nil_thresholds(tp, [])
+
+
+def test_holding_out_hides_a_concept_before_the_sieve_decides():
+    kb = KnowledgeBase()
+    kb.add_concept(Concept("D015179", "Colorectal Neoplasms"), ["Colorectal Cancer"])
+    kb.add_concept(Concept("D009369", "Neoplasms"), ["Cancer", "Tumor"])
+    kb.add_concept(Concept("D003920", "Diabetes Mellitus"), ["Diabetes"])
+    kb.add_names([("CRC", "D015179")], DOMAIN)
+    searcher = SieveSearcher(kb, TrigramEncoder(), strategy="D-T+OD-T", threshold=0.95, top_k=2)
+    searcher.build()
+    before = searcher.search(["CRC"])[0]
+    assert before.candidates[0] == ("D015179", pytest.approx(1.0)) and before.stage == "D-T"
+    with holding_out(searcher, {"D015179"}):
+        held = searcher.search(["CRC", "Colorectal Cancer"])
+    # D-T had only the held-out concept: the query falls through to OD-T, which answers without it
+    assert [m.stage for m in held] == ["OD-T", "OD-T"]
+    assert all("D015179" not in [c for c, _ in m.candidates] and len(m.candidates) == 2 for m in held)
+    assert searcher.search(["CRC"])[0].candidates == before.candidates and searcher.top_k == 2
+
+
+def test_gold_mentions_refined_set_and_end_to_end_by_hand(nlp):
+    test_docs = [gold_doc(nlp, TEXT, GOLD)]
+    domain_docs = [gold_doc(nlp, "Familial breast cancer.", [("breast cancer", "D001943")])]
+    metrics = evaluate_pipeline(nlp, test_docs, domain_docs)
+    gold = metrics["gold_mentions"]
+    # gold mentions: all but ovarian cancer are right; the refined set drops "Breast cancer" (a train mention)
+    assert (gold["mentions"], gold["refined_mentions"]) == (4, 3)
+    assert gold["acc1"] == 3 / 4 and gold["refined_acc1"] == 2 / 3
+    assert len(metrics["scores"]["right"]) == 3 and len(metrics["scores"]["wrong"]) == 1
+    # end to end: predicted breast cancer (right, linked right), ovarian cancer (right span, wrong id),
+    # liver disease (wrong label); hemochromatosis is missed. NER 2 of 3 predicted, 2 of 4 gold.
+    e2e = metrics["end_to_end"]
+    assert e2e["ner"] == pytest.approx({"p": 2 / 3, "r": 2 / 4, "f": 4 / 7})
+    assert e2e["ner_linking"] == pytest.approx({"p": 1 / 3, "r": 1 / 4, "f": 2 / 7})
+    assert metrics["nil"] is None and metrics["strategies"] == {}
+    with nlp.select_pipes(disable=["ner"]):
+        assert evaluate_pipeline(nlp, test_docs, domain_docs)["end_to_end"] is None
+
+
+def test_report_headline_matches_json_and_cli_evaluate(nlp, saved, fixtures, train_docs, test_docs, tmp_path):
+    metrics = evaluate_pipeline(nlp, test_docs, train_docs, train_docs, strategies=True)
+    assert list(metrics["strategies"]) == ALL_STRATEGIES
+    assert metrics["nil"]["dev_held_out_concepts"] > 0 and set(metrics["nil"]["test"]) == {
+        "first_fp", "last_tp", "weighted",
+    }  # fmt: skip
+    assert nlp.get_pipe("concept_normalizer").cfg["strategy"] == "D-T+OD-T"  # restored after the loop
+    report = write_report(metrics, tmp_path / "metrics")
+    files = {"evaluation.json", "headline.json", "evaluation.png", "report.md"}
+    assert {p.name for p in report.parent.iterdir()} == files
+    assert (tmp_path / "metrics" / "evaluation.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    text = report.read_text()
+    table = re.search(r"## Headline\n\n\| metric \| value \|\n\|---\|---\|\n((?:\|.*\|\n)+)", text).group(1)
+    rows = dict(re.fullmatch(r"\| (.*) \| (.*) \|", line).groups() for line in table.splitlines())
+    headline = srsly.read_json(tmp_path / "metrics" / "headline.json")
+    assert list(rows) == list(headline) and len(rows) == 10 + 4 * 3
+    assert {k: float(v) for k, v in rows.items()} == headline
+    assert headline["Acc@1, gold mentions"] == round(100 * metrics["gold_mentions"]["acc1"], 2) > 0
+    assert headline["NER+linking F1, end to end"] == round(100 * metrics["end_to_end"]["ner_linking"]["f"], 2)
+    assert headline["NIL threshold, weighted"] == round(metrics["nil"]["thresholds"]["weighted"], 4)
+    assert all(f"| {s} |" in text for s in ALL_STRATEGIES)
+
+    # the CLI on a saved pipeline, with the test set as a DocBin and train/dev as PubTator files
+    DocBin(docs=test_docs, store_user_data=True).to_disk(tmp_path / "test.spacy")
+    train = str(fixtures / "ncbi_train_sample.txt")
+    args = ["evaluate", str(saved), "--test", str(tmp_path / "test.spacy"), "--train", train, "--dev", train]
+    result = CliRunner().invoke(app, [*args, "--output", str(tmp_path / "cli"), "--no-strategies"])
+    assert result.exit_code == 0, result.output
+    cli = srsly.read_json(tmp_path / "cli" / "headline.json")
+    assert cli == headline  # same pipeline, same data: same numbers
+    assert "## Search strategies" not in (tmp_path / "cli" / "report.md").read_text()
+
+
+def test_calibrate_writes_nil_threshold_into_the_saved_pipeline(nlp, saved, fixtures, tmp_path):
+    import shutil
+
+    model = tmp_path / "model"
+    shutil.copytree(saved, model)
+    dev = str(fixtures / "ncbi_test_sample.txt")  # mentions that are not domain synonyms of the pipeline
+    figures = calibrate(model, dev, strategy="last_tp")
+    last_tp, stored = figures["thresholds"]["last_tp"], figures["nil_threshold"]
+    assert 0.0 < last_tp - 2e-6 < stored < last_tp  # rounded down: the defining mention stays linked
+    loaded = spacy.load(model)
+    from_cfg = loaded.get_pipe("concept_normalizer").cfg["nil_threshold"]
+    assert from_cfg == pytest.approx(stored, abs=1e-12) and from_cfg < last_tp
+    assert loaded.config["components"]["concept_normalizer"]["nil_threshold"] == pytest.approx(stored, abs=1e-12)
+    config = spacy.util.load_config(model / "config.cfg")
+    assert config["components"]["concept_normalizer"]["nil_threshold"] == pytest.approx(stored, abs=1e-12)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]  # no temporary directory left
+    # the CLI, default strategy: the weighted threshold replaces the last one
+    result = CliRunner().invoke(app, ["calibrate", str(model), "--dev", dev])
+    assert result.exit_code == 0, result.output
+    weighted = spacy.load(model).get_pipe("concept_normalizer").cfg["nil_threshold"]
+    assert weighted == pytest.approx(figures["thresholds"]["weighted"], abs=1e-6)
+    assert weighted != figures["nil_threshold"]
+
+
+def test_calibrate_tunes_the_sieve_on_dev_without_dev_mentions_as_domain_names(saved, fixtures, tmp_path):
+    dev = fixtures / "ncbi_train_sample.txt"  # the pipeline's own domain synonyms: the leak to avoid
+    before = spacy.load(saved).get_pipe("concept_normalizer")
+    domain_before = sorted(before.kb.names(DOMAIN))
+    out = tmp_path / "calibrated"
+    figures = calibrate(saved, dev, output_model=out)
+    assert figures["hidden_dev_names"] > 0  # each dev mention would otherwise find itself at cosine 1
+    sieve = figures["sieve"]
+    assert sieve["threshold"] in (0.9, 0.92, 0.94, 0.95, 0.96, 0.97, 0.98, 0.99, 1.0)
+    assert sieve["dev_acc1"][str(sieve["threshold"])] == max(sieve["dev_acc1"].values())
+    loaded = spacy.load(out)
+    normalizer = loaded.get_pipe("concept_normalizer")
+    assert normalizer.cfg["threshold"] == sieve["threshold"] == normalizer.searcher.threshold
+    assert loaded.config["components"]["concept_normalizer"]["threshold"] == sieve["threshold"]
+    assert sorted(normalizer.kb.names(DOMAIN)) == domain_before  # the hidden names are back
+    assert spacy.load(saved).get_pipe("concept_normalizer").cfg["nil_threshold"] == 0.0  # --to: source unchanged
+    # dev mentions that are train mentions too stay: nothing is hidden when dev is the train data
+    assert calibrate(saved, dev, train=dev, tune_sieve=False, output_model=out)["hidden_dev_names"] == 0
+    assert spacy.load(out).get_pipe("concept_normalizer").cfg["threshold"] == 0.95  # not tuned: as configured
+
+
+def test_bad_input_raises_clear_errors(nlp, saved, fixtures, tmp_path):
+    train = fixtures / "ncbi_train_sample.txt"
+    with pytest.raises(ConceptNormError, match="Gold data not found: .*missing.spacy"):
+        read_gold_docs(nlp, tmp_path / "missing.spacy")
+    (tmp_path / "empty.txt").write_text("")
+    with pytest.raises(ConceptNormError, match="empty.txt holds no gold entity"):
+        read_gold_docs(nlp, tmp_path / "empty.txt")
+    with pytest.raises(ConceptNormError, match="test_docs holds no gold entity"):
+        evaluate_pipeline(nlp, [], [])
+    with pytest.raises(ConceptNormError, match="Pipeline directory not found: .*nowhere"):
+        calibrate(tmp_path / "nowhere", train)
+    with pytest.raises(ConceptNormError, match="Unknown NIL threshold strategy 'median'"):
+        calibrate(saved, train, strategy="median")
+    spacy.blank("en").to_disk(tmp_path / "blank")
+    with pytest.raises(ConceptNormError, match="blank has no concept_normalizer"):
+        load_pipeline(tmp_path / "blank")
+    with pytest.raises(ConceptNormError, match="no concept_normalizer"):
+        evaluate_pipeline(spacy.blank("en"), [], [])
+    with pytest.raises(ConceptNormError, match="holdout must be a fraction"):
+        evaluate_pipeline(nlp, read_gold_docs(nlp, train), [], read_gold_docs(nlp, train), holdout=1.5)
