@@ -24,40 +24,15 @@ import typer
 from spacy.tokens import Doc
 
 from ..corpus import mention_spans, pubtator_to_docs
-from ..evaluation.scoring import accuracy_at, predicted_parts
+from ..evaluation.gold import link_gold_mentions, mention_accuracy, strip_links
 from ..kb import load_kb
 
 REPORTED = ["O-T", "O-C", "OD-T", "OD-C", "D-T+OD-T"]
 app = typer.Typer(add_completion=False)
 
 
-def strip_links(docs: list[Doc]) -> list[Doc]:
-    """Copies of the docs whose entities keep their offsets and labels but lose their gold ids."""
-    out = []
-    for doc in docs:
-        copy = Doc(doc.vocab, words=[t.text for t in doc], spaces=[bool(t.whitespace_) for t in doc])
-        copy.ents = [copy.char_span(e.start_char, e.end_char, label=e.label_) for e in doc.ents]
-        out.append(copy)
-    return out
-
-
 def evaluate(nlp, gold_docs: list[Doc], refined_out: set[str]) -> dict[str, float]:
-    kb = nlp.get_pipe("concept_normalizer").kb
-    predicted = list(nlp.pipe(strip_links(gold_docs)))
-    pairs = [
-        (gold.kb_id_, predicted_parts(pred), kb.normalizer(gold.text))
-        for gold, pred in zip(mention_spans(gold_docs), (e for d in predicted for e in d.ents))
-    ]
-    refined = [(g, p) for g, p, key in pairs if key not in refined_out]
-    full = [(g, p) for g, p, _ in pairs]
-    return {
-        "acc1": accuracy_at(kb, full, 1),
-        "acc5": accuracy_at(kb, full, 5),
-        "refined_acc1": accuracy_at(kb, refined, 1),
-        "refined_acc5": accuracy_at(kb, refined, 5),
-        "mentions": len(full),
-        "refined_mentions": len(refined),
-    }
+    return mention_accuracy(nlp, link_gold_mentions(nlp, gold_docs), refined_out)
 
 
 def measure_load(path: Path) -> dict[str, float]:

@@ -13,7 +13,6 @@ from pathlib import Path
 from spacy.language import Language
 from spacy.tokens import Doc, DocBin
 
-from ..benchmarks.ncbi import strip_links
 from ..component import ConceptNormalizer
 from ..corpus import pubtator_to_docs
 from ..errors import ConceptNormError, Errors
@@ -36,6 +35,16 @@ class LinkedMention:
     text: str
     parts: list[list[str]]
     score: float
+
+
+def strip_links(docs: list[Doc]) -> list[Doc]:
+    """Copies of the docs whose entities keep their offsets and labels but lose their gold ids."""
+    out = []
+    for doc in docs:
+        copy = Doc(doc.vocab, words=[t.text for t in doc], spaces=[bool(t.whitespace_) for t in doc])
+        copy.ents = [copy.char_span(e.start_char, e.end_char, label=e.label_) for e in doc.ents]
+        out.append(copy)
+    return out
 
 
 def read_gold_docs(nlp: Language, path: str | Path) -> list[Doc]:
