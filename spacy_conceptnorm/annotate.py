@@ -43,6 +43,7 @@ from tqdm import tqdm
 
 from . import component  # noqa: F401  (registers the span extensions read below)
 from .errors import ConceptNormError, Errors
+from .util import read_lines
 
 INPUT_FORMATS = ("jsonl", "pubtator", "txt")
 OUTPUT_FORMATS = ("jsonl", "pubtator")
@@ -73,15 +74,13 @@ class Summary:
 
 # --- readers: generators of (line number, id, text) ----------------------------------------------------------------
 def _lines(path: Path, report: Report) -> Iterator[tuple[int, str | None]]:
-    """(line number, line without its newline); a line that is not UTF-8 is reported and given as None."""
-    with open(path, "rb") as f:
-        for lineno, raw in enumerate(f, 1):
-            try:
-                line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8").rstrip("\r\n")
-            except UnicodeDecodeError as e:
-                report(path, lineno, f"not UTF-8 (byte {e.start} of the line)")
-                line = None
-            yield lineno, line
+    """(line number, line without its newline, a leading BOM dropped); a line that is not UTF-8 is reported and
+    given as None."""
+    def not_utf8(lineno: int, error: UnicodeDecodeError) -> None:
+        report(path, lineno, f"not UTF-8 (byte {error.start} of the line)")
+
+    for lineno, line in read_lines(path, on_error=not_utf8):
+        yield lineno, line.removeprefix("\ufeff") if lineno == 1 and line else line
 
 
 def read_jsonl(path: Path, report: Report) -> Iterator[Record]:

@@ -145,10 +145,8 @@ def calibrate(
     output: Path = typer.Option(None, "--output", "-o", help="Also write the calibration figures here (JSON)"),
 ) -> None:
     """Choose the sieve threshold and the NIL threshold (DILBERT's strategies) on dev; save them into the pipeline."""
-    import srsly
-
     from .evaluation.calibrate import calibrate as run_calibration
-    from .util import atomic_open
+    from .util import write_json
 
     figures = run_calibration(
         model, dev, strategy, holdout, seed, train=train, tune_sieve=tune_sieve, output_model=to
@@ -164,8 +162,7 @@ def calibrate(
             f"out-of-KB {100 * acc['out_of_kb_acc']:.2f}  overall {100 * acc['overall_acc']:.2f}"
         )
     if output is not None:
-        with atomic_open(output, "w") as f:
-            f.write(srsly.json_dumps(figures, indent=2) + "\n")
+        write_json(output, figures)
     typer.echo(f"nil_threshold = {figures['nil_threshold']:.4f} ({strategy}) -> {to or model}")
 
 
@@ -181,7 +178,7 @@ def assemble(
     from spacy.cli._util import parse_config_overrides, show_validation_error
     from spacy.util import get_sourced_components, load_config, load_model_from_config
 
-    from .training.trainer import write_dir_atomically
+    from .util import write_dir_atomically
 
     with show_validation_error(config, hint_fill=False):
         cfg = load_config(config, overrides=parse_config_overrides(ctx.args), interpolate=False)

@@ -11,7 +11,6 @@ Values live in `doc.user_data`, so they survive DocBin (store_user_data=True) an
 
 
 import json
-import shutil
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -28,7 +27,7 @@ from .errors import ConceptNormError, Errors, Warnings
 from .evaluation.scoring import NIL, gold_ids, score_linking
 from .kb import DOMAIN, KnowledgeBase
 from .search import Match, SieveSearcher
-from .util import atomic_open
+from .util import write_dir_atomically, write_json
 
 MAX_MENTION_CHARS = 1000  # longer entities are cut before normalization; names are at most ~25 tokens anyway
 LONG_FORM_MODES = ("best", "long", "mention")
@@ -301,12 +300,12 @@ class ConceptNormalizer(Pipe):
         if self.searcher is None:
             raise ConceptNormError(Errors.E301.format(name=self.name))
         serialize = {
-            "cfg": lambda p: _write_json(p, {**self.cfg, "encoder": self.encoder.config()}),
+            "cfg": lambda p: write_json(p, {**self.cfg, "encoder": self.encoder.config()}),
             "kb": lambda p: self.kb.to_disk(p),
             "searcher": lambda p: self.searcher.to_disk(p),
         }
         if self._saves_encoder():
-            serialize["encoder"] = lambda p: _replace_dir(p, self.encoder.save)
+            serialize["encoder"] = lambda p: write_dir_atomically(p, self.encoder.save)
         to_disk(path, serialize, exclude)
 
     def from_disk(self, path: str | Path, *, exclude: Iterable[str] = SimpleFrozenList()) -> "ConceptNormalizer":
@@ -326,18 +325,3 @@ class ConceptNormalizer(Pipe):
         kb = KnowledgeBase.from_disk(path / "kb")
         self.searcher = self._new_searcher(kb).from_disk(path / "searcher")
         return self
-
-
-def _write_json(path: Path, data: dict) -> None:
-    # the standard library's json: it writes and reads floats exactly (ujson, srsly's, reads 0.95 as 0.95000...01)
-    with atomic_open(path, "w") as f:
-        f.write(json.dumps(data, indent=2))
-
-
-def _replace_dir(path: Path, write: Callable[[Path], None]) -> None:
-    """Write a directory beside `path`, then swap it in, so a failed write leaves the old one intact."""
-    tmp = path.with_name(path.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    write(tmp)
-    shutil.rmtree(path, ignore_errors=True)
-    tmp.rename(path)

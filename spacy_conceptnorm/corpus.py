@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+import spacy
 from bioc import pubtator
 from spacy.language import Language
 from spacy.tokens import Doc, DocBin, Span
@@ -55,6 +56,28 @@ def pubtator_to_docs(nlp: Language, path: str | Path, label: str | None = "Disea
         yield doc
 
 
+def read_docs(path: str | Path, nlp: Language | None = None) -> Iterator[Doc]:
+    """Docs with gold entities from a PubTator file, a `.spacy` DocBin, or a folder of `.spacy` files."""
+    path = Path(path)
+    nlp = nlp or spacy.blank("en")
+    if path.is_dir():
+        files = sorted(path.glob("*.spacy"))
+        if not files:
+            raise ConceptNormError(Errors.E707.format(path=path))
+        for file in files:
+            yield from DocBin().from_disk(file).get_docs(nlp.vocab)
+    elif not path.exists():
+        raise ConceptNormError(Errors.E002.format(path=path))
+    elif path.suffix == ".spacy":
+        try:
+            docs = list(DocBin().from_disk(path).get_docs(nlp.vocab))
+        except ValueError as e:
+            raise ConceptNormError(Errors.E707.format(path=path) + f" ({e})") from None
+        yield from docs
+    else:
+        yield from pubtator_to_docs(nlp, path)
+
+
 def _make_aligned_doc(nlp: Language, text: str, boundaries: set[int]) -> Doc:
     """Tokenize so that every mention boundary is a token boundary (the tokenizer alone keeps `type I.` whole),
     so gold entities have exactly the annotated text."""
@@ -87,11 +110,9 @@ def read_domain_synonyms(path: str | Path | None, nlp_lang: str = "en") -> list[
     if not path.exists():
         raise ConceptNormError(Errors.E002.format(path=path))
     files = sorted(p for p in path.iterdir() if p.suffix in (".spacy", ".txt")) if path.is_dir() else [path]
-    import spacy
-
     nlp = spacy.blank(nlp_lang)
     pairs = []
     for file in files:
-        docs = DocBin().from_disk(file).get_docs(nlp.vocab) if file.suffix == ".spacy" else pubtator_to_docs(nlp, file)
+        docs = read_docs(file, nlp)
         pairs.extend((e.text, e.kb_id_) for e in mention_spans(docs) if not any(c in e.kb_id_ for c in "|+"))
     return pairs

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import gzip
+import json
 import os
+import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
@@ -15,10 +17,13 @@ import srsly
 from .errors import ConceptNormError, Errors
 
 
-def read_lines(path: str | Path, encoding: str = "utf-8") -> Iterator[tuple[int, str]]:
+def read_lines(
+    path: str | Path, encoding: str = "utf-8", on_error: Callable[[int, UnicodeDecodeError], None] | None = None
+) -> Iterator[tuple[int, str | None]]:
     """Yield (line number, line without its newline) from a text file, gzip-compressed if it ends in .gz.
 
-    Bytes are decoded line by line so that a wrong encoding is reported with the file and line it is on.
+    Bytes are decoded line by line so that a wrong encoding is reported with the file and line it is on: a
+    ConceptNormError, or, given `on_error`, a call `on_error(line number, error)` and the line yielded as None.
     """
     path = Path(path)
     if not path.exists():
@@ -29,9 +34,14 @@ def read_lines(path: str | Path, encoding: str = "utf-8") -> Iterator[tuple[int,
             try:
                 line = raw.decode(encoding)
             except UnicodeDecodeError as e:
-                raise ConceptNormError(
-                    Errors.E005.format(path=f"{path}:{lineno}", encoding=encoding, position=e.start, detail=e.reason)
-                ) from None
+                if on_error is None:
+                    where = f"{path}:{lineno}"
+                    raise ConceptNormError(
+                        Errors.E005.format(path=where, encoding=encoding, position=e.start, detail=e.reason)
+                    ) from None
+                on_error(lineno, e)
+                yield lineno, None
+                continue
             yield lineno, line.rstrip("\r\n")
 
 
@@ -55,6 +65,32 @@ def atomic_open(path: str | Path, mode: str = "wb") -> Iterator[IO]:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_json(path: str | Path, data: object) -> None:
+    """Write JSON atomically, with the standard library's json: it writes and reads floats exactly (srsly's ujson
+    reads 0.95 back as 0.9500000000000001)."""
+    with atomic_open(path, "w") as f:
+        f.write(json.dumps(data, indent=2) + "\n")
+
+
+def write_dir_atomically(path: str | Path, write: Callable[[Path], None]) -> None:
+    """Write a directory under a temporary name beside `path`, then swap it in: a failed or interrupted write
+    leaves the previous version."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.tmp-"))
+    tmp.chmod(0o777 & ~_UMASK)  # mkdtemp makes it owner-only
+    try:
+        write(tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    old = path.with_name(f".{path.name}.old-{os.getpid()}")
+    if path.exists():
+        path.rename(old)
+    tmp.rename(path)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def write_msgpack(path: str | Path, data: object) -> None:

@@ -23,13 +23,13 @@ import spacy
 from spacy.language import Language
 from spacy.tokens import Doc
 
-from ..component import ConceptNormalizer
 from ..corpus import mention_spans
 from ..errors import ConceptNormError, Errors
 from ..kb import DOMAIN, SOURCE_BITS
+from ..training.data import concept_pairs
+from ..util import write_dir_atomically
 from .gold import get_normalizer, link_gold_mentions, mention_accuracy, read_gold_docs
 from .nil import NIL_STRATEGIES, nil_figures
-from .scoring import gold_ids
 
 DOMAIN_BIT = SOURCE_BITS[DOMAIN]
 SIEVE_THRESHOLDS = (0.9, 0.92, 0.94, 0.95, 0.96, 0.97, 0.98, 0.99, 1.0)
@@ -43,18 +43,16 @@ def set_nil_threshold(nlp: Language, threshold: float) -> None:
 
 
 def storable_threshold(value: float) -> float:
-    """`value` rounded down to 6 decimals, and at least 1e-9 under it. The saved cfg keeps 10 significant digits
-    and its JSON reader may be a hair off, so the exact value could read back above the score that defined it and
-    turn that mention NIL (a score equal to the threshold is linked); the margin keeps it linked."""
+    """`value` rounded down to 6 decimals (a readable config), and at least 1e-9 under it: the mention whose score
+    defined the threshold stays linked (a score equal to the threshold is linked) even if that score is
+    recomputed a hair lower, e.g. in another batch."""
     stored = math.floor(value * 1e6) / 1e6
     return stored if stored <= value - 1e-9 else stored - 1e-6
 
 
 def save_pipeline(nlp: Language, path: str | Path) -> None:
     """`nlp.to_disk` into a temporary directory beside `path`, then swap it in."""
-    from ..training.trainer import write_dir_atomically
-
-    write_dir_atomically(Path(path), nlp.to_disk)
+    write_dir_atomically(path, nlp.to_disk)
 
 
 def load_pipeline(model: str | Path) -> Language:
@@ -73,29 +71,18 @@ def set_sieve_threshold(nlp: Language, threshold: float) -> None:
     nlp.get_pipe_config(name)["threshold"] = float(threshold)
 
 
-def _single_concept_pairs(normalizer: ConceptNormalizer, docs: list[Doc]) -> set[tuple[str, str]]:
-    kb = normalizer.kb
-    pairs = set()
-    for ent in mention_spans(docs):
-        ids = gold_ids(ent.kb_id_)
-        cid = kb.resolve(ids[0]) if len(ids) == 1 else None
-        if cid is not None and kb.normalizer(ent.text):
-            pairs.add((kb.normalizer(ent.text), cid))
-    return pairs
-
-
 @contextmanager
 def dev_mentions_hidden(nlp: Language, dev_docs: list[Doc], train_docs: list[Doc] | None) -> Iterator[int]:
     """Take the dev mentions out of the domain names for the duration (not those that are train mentions
     too), then put them back. Yields how many (name, concept) pairs were taken out."""
     _, normalizer = get_normalizer(nlp)
-    keep = _single_concept_pairs(normalizer, train_docs) if train_docs else set()
     kb = normalizer.kb
-    hidden = sorted(
-        (name, cid)
-        for name, cid in _single_concept_pairs(normalizer, dev_docs) - keep
-        if cid in kb.concepts_for(name, DOMAIN_BIT)
-    )
+
+    def pairs(docs: list[Doc]) -> set[tuple[str, str]]:
+        return set(concept_pairs(kb, ((ent.text, ent.kb_id_) for ent in mention_spans(docs))))
+
+    keep = pairs(train_docs) if train_docs else set()
+    hidden = sorted((name, cid) for name, cid in pairs(dev_docs) - keep if cid in kb.concepts_for(name, DOMAIN_BIT))
     normalizer.remove_synonyms(hidden)
     try:
         yield len(hidden)

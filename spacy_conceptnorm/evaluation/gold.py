@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from spacy.language import Language
-from spacy.tokens import Doc, DocBin
+from spacy.tokens import Doc
 
 from ..component import ConceptNormalizer
-from ..corpus import pubtator_to_docs
+from ..corpus import read_docs
 from ..errors import ConceptNormError, Errors
 from .scoring import accuracy_at
 
@@ -57,10 +57,7 @@ def read_gold_docs(nlp: Language, path: str | Path) -> list[Doc]:
     path = Path(path)
     if not path.is_file():
         raise ConceptNormError(Errors.E901.format(path=path))
-    if path.suffix == ".spacy":
-        docs = list(DocBin(store_user_data=True).from_disk(path).get_docs(nlp.vocab))
-    else:
-        docs = list(pubtator_to_docs(nlp, path))
+    docs = list(read_docs(path, nlp))
     if not any(ent.kb_id_ for doc in docs for ent in doc.ents):
         raise ConceptNormError(Errors.E902.format(what=str(path)))
     return docs

@@ -7,9 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import srsly
-
-from ..util import atomic_open
+from ..util import atomic_open, write_json
 
 PNG = "evaluation.png"
 
@@ -43,8 +41,8 @@ def write_report(metrics: dict, output: str | Path) -> Path:
     output = Path(output)
     output.mkdir(parents=True, exist_ok=True)
     rows = headline(metrics)
-    _write_json(output / "evaluation.json", metrics)
-    _write_json(output / "headline.json", rows)
+    write_json(output / "evaluation.json", metrics)
+    write_json(output / "headline.json", rows)
     with atomic_open(output / PNG, "wb") as f:
         plot(metrics).savefig(f, format="png", dpi=100)
     with atomic_open(output / "report.md", "w") as f:
@@ -138,7 +136,3 @@ def _pct(value: float) -> float:
 def _fmt(value: float | None, decimals: int = 2) -> str:
     return "n/a" if value is None else f"{value:.{decimals}f}"
 
-
-def _write_json(path: Path, data) -> None:
-    with atomic_open(path, "w") as f:
-        f.write(srsly.json_dumps(data, indent=2) + "\n")

@@ -13,14 +13,11 @@ from __future__ import annotations
 
 import random
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import spacy
-from spacy.tokens import Doc, DocBin
-
-from ..corpus import mention_spans, pubtator_to_docs
+from ..corpus import mention_spans, read_docs
 from ..errors import ConceptNormError, Errors
 from ..evaluation.scoring import NIL, gold_ids
 from ..kb import SOURCE_BITS, KnowledgeBase, read_ctd_tsv
@@ -67,42 +64,27 @@ class TrainingData:
         )
 
 
-def read_docs(path: str | Path, nlp=None) -> Iterator[Doc]:
-    """Docs with gold entities from a PubTator file, a `.spacy` DocBin, or a folder of `.spacy` files."""
-    path = Path(path)
-    nlp = nlp or spacy.blank("en")
-    if path.is_dir():
-        files = sorted(path.glob("*.spacy"))
-        if not files:
-            raise ConceptNormError(Errors.E707.format(path=path))
-        for file in files:
-            yield from DocBin().from_disk(file).get_docs(nlp.vocab)
-    elif not path.exists():
-        raise ConceptNormError(Errors.E002.format(path=path))
-    elif path.suffix == ".spacy":
-        try:
-            docs = list(DocBin().from_disk(path).get_docs(nlp.vocab))
-        except ValueError as e:
-            raise ConceptNormError(Errors.E707.format(path=path) + f" ({e})") from None
-        yield from docs
-    else:
-        yield from pubtator_to_docs(nlp, path)
-
-
 def gold_mentions(path: str | Path) -> list[tuple[str, str]]:
     """(mention text, gold id string) of every linked gold entity, composites included (for evaluation)."""
     return [(ent.text, ent.kb_id_) for ent in mention_spans(read_docs(path)) if ent.kb_id_ != NIL]
 
 
-def mention_pairs(kb: KnowledgeBase, path: str | Path) -> list[tuple[str, str]]:
-    """Distinct (normalized mention, concept id) pairs of single-concept mentions whose id is in the KB."""
+def concept_pairs(kb: KnowledgeBase, mentions: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Distinct (normalized mention, concept id) pairs of the single-concept (text, gold id) mentions whose id
+    is in the KB, in first-seen order."""
     pairs = {}
-    for text, gold in gold_mentions(path):
+    for text, gold in mentions:
         ids = gold_ids(gold)
         cid = kb.resolve(ids[0]) if len(ids) == 1 else None
         key = kb.normalizer(text)
         if cid is not None and key:
             pairs[(key, cid)] = None
+    return list(pairs)
+
+
+def mention_pairs(kb: KnowledgeBase, path: str | Path) -> list[tuple[str, str]]:
+    """`concept_pairs` of the gold mentions in a file; ConceptNormError when there are none."""
+    pairs = concept_pairs(kb, gold_mentions(path))
     if not pairs:
         raise ConceptNormError(Errors.E708.format(path=path))
     return list(pairs)

@@ -22,15 +22,10 @@ model missed).
 
 from __future__ import annotations
 
-import json
-import os
 import random
-import shutil
 import sys
-import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -47,6 +42,7 @@ from ..errors import ConceptNormError, Errors
 from ..evaluation.scoring import accuracy_at
 from ..kb import DOMAIN, ONTOLOGY, Concept, KnowledgeBase
 from ..search import SieveSearcher, parse_strategy
+from ..util import write_dir_atomically, write_json
 from . import losses as _losses  # noqa: F401  (registers the losses)
 from .data import build_training_data, gold_mentions, mention_pairs
 from .samplers import Batch, TripletSampler
@@ -148,35 +144,14 @@ def _resolve(section: dict, what: str) -> Any:
 
 
 # --- model directories --------------------------------------------------------------------------------------------
-def write_dir_atomically(path: Path, write: Callable[[Path], None]) -> None:
-    """Write a directory under a temporary name beside `path`, then swap it in."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.tmp-"))
-    tmp.chmod(0o755)
-    try:
-        write(tmp)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    old = path.with_name(f".{path.name}.old-{os.getpid()}")
-    if path.exists():
-        path.rename(old)
-    tmp.rename(path)
-    shutil.rmtree(old, ignore_errors=True)
-
-
-def _write_json(path: Path, data: Any) -> None:
-    path.write_text(json.dumps(data, indent=2) + "\n")
-
-
 def save_model(encoder: NameEncoder, path: Path, config: Config, metrics: dict, base_model: str) -> None:
     """A transformers model directory with the training config, the encoder settings and the metrics."""
 
     def write(tmp: Path) -> None:
         encoder.save(tmp)
         (tmp / "training.cfg").write_text(config.to_str())
-        _write_json(tmp / "encoder.json", {**encoder.config(), "model": base_model})
-        _write_json(tmp / "metrics.json", metrics)
+        write_json(tmp / "encoder.json", {**encoder.config(), "model": base_model})
+        write_json(tmp / "metrics.json", metrics)
 
     write_dir_atomically(path, write)
 
@@ -460,14 +435,14 @@ def train(
         if improved:
             save_model(encoder, output / "model-best", config, {**metrics, "this_epoch": record}, base_model)
         save_checkpoint(checkpoint, encoder, optimizer, scheduler, state)
-        _write_json(output / "metrics.json", metrics)
+        write_json(output / "metrics.json", metrics)
         dev = f", dev Acc@1 {100 * score:.2f}{' (best)' if improved else ''}" if evaluator is not None else ""
         _log(f"Epoch {epoch}: {len(losses)} batches, loss {record['loss'] or 0:.4f}, {train_seconds / 60:.1f} min{dev}")
         if settings.patience and state["bad_epochs"] >= settings.patience:
             stop_reason = f"no dev improvement in {settings.patience} epochs"
     metrics = _metrics(state, evaluator, settings, stop_reason or "max_epochs reached")
     metrics["wall_seconds_this_run"] = round(time.perf_counter() - started, 1)
-    _write_json(output / "metrics.json", metrics)
+    write_json(output / "metrics.json", metrics)
     _log(f"Done ({metrics['stopped']}): best epoch {state['best_epoch']}, {output / 'model-best'}")
     return metrics
 
