@@ -137,7 +137,11 @@ def calibrate(
     model: Path = typer.Argument(..., help="Saved pipeline directory"),
     dev: Path = typer.Option(..., "--dev", help="Gold dev data: .spacy DocBin or PubTator file"),
     train: Path = typer.Option(None, "--train", help="Gold train data: dev mentions also in it stay domain names"),
-    strategy: str = typer.Option("weighted", help="NIL threshold strategy: weighted, first_fp or last_tp"),
+    strategy: str = typer.Option(
+        "in_kb_budget",
+        help="NIL threshold strategy: in_kb_budget (at most half a point of in-KB accuracy lost), "
+        "weighted, first_fp or last_tp",
+    ),
     tune_sieve: bool = typer.Option(True, help="Also choose the sieve threshold on dev"),
     holdout: float = typer.Option(0.2, help="Part of the dev mentions whose concepts are held out"),
     seed: int = typer.Option(0, help="Seed of the hold-out"),
@@ -164,6 +168,38 @@ def calibrate(
     if output is not None:
         write_json(output, figures)
     typer.echo(f"nil_threshold = {figures['nil_threshold']:.4f} ({strategy}) -> {to or model}")
+
+
+@app.command("train-ranker")
+def train_ranker(
+    model: Path = typer.Argument(..., help="Saved pipeline directory (from assemble)"),
+    train: Path = typer.Option(..., "--train", help="Gold train data: .spacy DocBin or PubTator file"),
+    dev: Path = typer.Option(None, "--dev", help="Gold dev data for the report (and the pair scorers' epochs)"),
+    to: Path = typer.Option(None, "--to", help="Save the pipeline with its trained ranker here (default: MODEL)"),
+    folds: int = typer.Option(5, help="Folds of the train documents (each linked without its own mentions)"),
+    seed: int = typer.Option(0, help="Seed of the folds and of the pair scorers"),
+    output: Path = typer.Option(None, "--output", "-o", help="Also write the training report here (JSON)"),
+) -> None:
+    """Train the concept_normalizer's second-stage ranker on the train mentions and save it into the pipeline."""
+    from .evaluation.calibrate import load_pipeline, save_pipeline
+    from .evaluation.gold import read_gold_docs
+    from .training.ranker import train_ranker as run
+    from .util import write_json
+
+    nlp = load_pipeline(model)
+    report = run(nlp, read_gold_docs(nlp, train), read_gold_docs(nlp, dev) if dev else [], folds, seed, typer.echo)
+    save_pipeline(nlp, to or model)
+    if output is not None:
+        write_json(output, report)
+    for split in ("train", "dev"):
+        if report.get(split, {}).get("examples"):
+            r = report[split]
+            typer.echo(
+                f"{split}: {r['examples']} mentions, candidate recall {100 * r['recall_all']:.2f} "
+                f"(sieve top-k {100 * r[next(k for k in r if k.endswith('_dense'))]:.2f}), "
+                f"Acc@1 sieve {100 * r['sieve_acc1']:.2f} -> ranker {100 * r['ranker_acc1']:.2f}"
+            )
+    typer.echo(f"-> {to or model}")
 
 
 @app.command("assemble", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

@@ -116,3 +116,13 @@ def read_domain_synonyms(path: str | Path | None, nlp_lang: str = "en") -> list[
         docs = read_docs(file, nlp)
         pairs.extend((e.text, e.kb_id_) for e in mention_spans(docs) if not any(c in e.kb_id_ for c in "|+"))
     return pairs
+
+
+def strip_links(docs: list[Doc]) -> list[Doc]:
+    """Copies of the docs whose entities keep their offsets and labels but lose their gold ids."""
+    out = []
+    for doc in docs:
+        copy = Doc(doc.vocab, words=[t.text for t in doc], spaces=[bool(t.whitespace_) for t in doc])
+        copy.ents = [copy.char_span(e.start_char, e.end_char, label=e.label_) for e in doc.ents]
+        out.append(copy)
+    return out

@@ -39,6 +39,11 @@ class Errors:
         "Re-run nlp.initialize() and save the pipeline again."
     )
     E303 = "Synonyms must be (text, concept_id) pairs, got {item!r}."
+    E310 = "Unknown ranker model {model!r}; choose one of {choices}."
+    E311 = "The ranker's {key} must be a positive integer, got {value!r}."
+    E312 = "No training mention has its gold concept among its candidates: the ranker cannot be trained."
+    E313 = "The confidence model needs right and wrong links to fit, got {right} right and {wrong} wrong."
+    E314 = "The concept_normalizer has no ranker to train: set [components.concept_normalizer.ranker] in its config."
     # abbreviations
     E401 = "Unknown abbreviation detector {detector!r}; choose one of {choices}."
     E402 = (

@@ -64,11 +64,14 @@ class Match:
     candidates (List[Tuple[str, float]]): Concept ids and cosine scores, best first.
     names (List[str]): The name that gave each candidate its score (for -C stages, the concept's canonical name).
     stage (str): The sieve stage that answered, e.g. "D-T"; None when nothing was searched (an empty query).
+    evidence (Dict[str, float]): What the confidence model reads (set by the ranker; empty from the sieve alone).
     """
 
     candidates: list[tuple[str, float]] = field(default_factory=list)
     names: list[str] = field(default_factory=list)
     stage: str | None = None
+    evidence: dict[str, float] = field(default_factory=dict)
+    confidence: float | None = None
 
     @property
     def score(self) -> float:
@@ -108,6 +111,7 @@ class SieveSearcher:
         self.indexes: dict[str, VectorIndex] = {}
         self._concept_indexes: dict[str, tuple[list[str], VectorIndex]] = {}
         self._canonical: dict[str, str] | None = None
+        self.hidden: frozenset[str] = frozenset()  # concepts searched as if absent (NIL calibration's held-out)
 
     @staticmethod
     def validate(strategy: str, top_k: int) -> None:
@@ -192,12 +196,29 @@ class SieveSearcher:
                 out[positions] = vec
         return out
 
-    def search(self, texts: Sequence[str], strategy: str | None = None) -> list[Match]:
+    def search(self, texts: Sequence[str], strategy: str | None = None, top_k: int | None = None) -> list[Match]:
         """Search mention texts through the sieve; one Match per text, in order."""
-        stages = parse_strategy(strategy) if strategy else self.stages
         keys = [self.kb.normalizer(t) for t in texts]
-        unique = list(dict.fromkeys(k for k in keys if k))
-        vectors = self.query_vectors(unique)
+        answers = self.search_keys(list(dict.fromkeys(k for k in keys if k)), strategy, top_k)
+        return [answers.get(k, Match()) for k in keys]
+
+    def search_keys(
+        self,
+        unique: Sequence[str],
+        strategy: str | None = None,
+        top_k: int | None = None,
+        vectors: np.ndarray | None = None,
+    ) -> dict[str, Match]:
+        """Search distinct normalized queries through the sieve (`top_k` overrides the configured one; `vectors`,
+        the queries' `query_vectors`, saves encoding them again)."""
+        if top_k is not None and top_k != self.top_k:
+            configured, self.top_k = self.top_k, top_k
+            try:
+                return self.search_keys(unique, strategy, None, vectors)
+            finally:
+                self.top_k = configured
+        stages = parse_strategy(strategy) if strategy else self.stages
+        vectors = self.query_vectors(unique) if vectors is None else vectors
         answers: dict[str, Match] = {}
         pending = list(range(len(unique)))
         for n, stage in enumerate(stages):
@@ -212,13 +233,23 @@ class SieveSearcher:
                 else:
                     still.append(i)
             pending = still
-        return [answers.get(k, Match()) for k in keys]
+        return answers
 
     def _search_stage(self, stage: Stage, queries: np.ndarray) -> list[Match]:
+        """One stage's matches; hidden concepts are dropped before the sieve tests its threshold, so a stage that
+        would answer only thanks to one passes the query on, as it would without the concept."""
+        if not self.hidden:
+            return self._search_stage_all(stage, queries, self.top_k)
+        return [
+            _without(m, self.hidden, self.top_k)
+            for m in self._search_stage_all(stage, queries, self.top_k + len(self.hidden))
+        ]
+
+    def _search_stage_all(self, stage: Stage, queries: np.ndarray, top_k: int) -> list[Match]:
         if stage.representation == "C":
-            return self._search_concepts(stage, queries)
+            return self._search_concepts(stage, queries, top_k)
         mask = TARGET_BITS[stage.target]
-        fetch = max(4 * self.top_k, 16)
+        fetch = max(4 * top_k, 16)
         hits = [self._index(s).search(queries, fetch) for s in TARGET_SOURCES[stage.target] if s in self.indexes]
         matches = []
         for q in range(len(queries)):
@@ -231,23 +262,25 @@ class SieveSearcher:
                     for cid in self.kb.concepts_for(name, mask):
                         if cid not in best or score > best[cid][0]:
                             best[cid] = (float(score), name)
-            matches.append(self._rank(best, stage))
+            matches.append(self._rank(best, stage, top_k))
         return matches
 
-    def _search_concepts(self, stage: Stage, queries: np.ndarray) -> list[Match]:
+    def _search_concepts(self, stage: Stage, queries: np.ndarray, top_k: int) -> list[Match]:
         concept_ids, index = self._concept_index(stage.target)
-        scores, ids = index.search(queries, self.top_k)
+        scores, ids = index.search(queries, top_k)
         canonical = self._canonical_names()
         return [
             self._rank(
-                {concept_ids[j]: (float(s), canonical[concept_ids[j]]) for s, j in zip(srow, irow) if j >= 0}, stage
-            )  # fmt: skip
+                {concept_ids[j]: (float(s), canonical[concept_ids[j]]) for s, j in zip(srow, irow) if j >= 0},
+                stage,
+                top_k,
+            )
             for srow, irow in zip(scores, ids)
         ]
 
-    def _rank(self, best: dict[str, tuple[float, str]], stage: Stage) -> Match:
+    def _rank(self, best: dict[str, tuple[float, str]], stage: Stage, top_k: int) -> Match:
         canonical = self._canonical_names()
-        order = sorted(best, key=lambda c: (-round(best[c][0], 5), canonical.get(c) != best[c][1], c))[: self.top_k]
+        order = sorted(best, key=lambda c: (-round(best[c][0], 5), canonical.get(c) != best[c][1], c))[:top_k]
         return Match([(c, best[c][0]) for c in order], [self.kb.surface(best[c][1]) for c in order], str(stage))
 
     def _canonical_names(self) -> dict[str, str]:
@@ -328,6 +361,11 @@ class SieveSearcher:
                 index.add(rows, self.vectors[rows])
         self._changed()
         return self
+
+
+def _without(match: Match, concepts: frozenset[str], top_k: int) -> Match:
+    kept = [(c, n) for c, n in zip(match.candidates, match.names) if c[0] not in concepts][:top_k]
+    return Match([c for c, _ in kept], [n for _, n in kept], match.stage)
 
 
 def _index_rows(searcher: SieveSearcher, source: str) -> list[int]:

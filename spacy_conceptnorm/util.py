@@ -114,3 +114,17 @@ def read_msgpack(path: str | Path, what: str, expected_format: str, expected_ver
             Errors.E003.format(path=path, what=what, found=found_desc, expected=f"{expected_format}/{expected_version}")
         )
     return data
+
+
+def read_json(path: str | Path) -> dict:
+    """Read a JSON object; a missing, truncated or non-object file raises ConceptNormError naming it."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf8"))
+    except FileNotFoundError:
+        raise ConceptNormError(Errors.E002.format(path=path)) from None
+    except (OSError, ValueError) as e:
+        raise ConceptNormError(Errors.E004.format(path=path, detail=f"{type(e).__name__}: {e}")) from None
+    if not isinstance(data, dict):
+        raise ConceptNormError(Errors.E004.format(path=path, detail="not a JSON object"))
+    return data

@@ -12,7 +12,7 @@ from spacy.training import Example
 
 from spacy_conceptnorm.corpus import mention_spans
 from spacy_conceptnorm.errors import ConceptNormError
-from spacy_conceptnorm.evaluation.scoring import accuracy_at, predicted_parts
+from spacy_conceptnorm.scoring import accuracy_at, predicted_parts
 
 from .fake_encoder import TrigramEncoder
 

@@ -91,12 +91,29 @@ def test_nil_thresholds_follow_dilbert_on_hand_made_scores():
     cases += [NilCase(s, False, False) for s in out]
     # at last_tp every TP is kept, the NIL case at 0.75 is linked: in-KB 3/4, out-of-KB 1/2, overall 4/6
     assert nil_accuracy(cases, t["last_tp"]) == pytest.approx(
-        {"in_kb_acc": 3 / 4, "out_of_kb_acc": 1 / 2, "overall_acc": 4 / 6, "in_kb": 4, "out_of_kb": 2}
+        {
+            "in_kb_acc": 3 / 4,
+            "in_kb_acc_no_nil": 3 / 4,
+            "out_of_kb_acc": 1 / 2,
+            "overall_acc": 4 / 6,
+            "in_kb": 4,
+            "out_of_kb": 2,
+        }
     )
     # above 0.75 both out-of-KB cases are NIL, and the TP at 0.7 is lost
     assert nil_accuracy(cases, 0.76)["out_of_kb_acc"] == 1.0 and nil_accuracy(cases, 0.76)["in_kb_acc"] == 2 / 4
     with pytest.raises(ConceptNormError, match="out-of-KB"):
         nil_thresholds(tp, [])
+
+
+def test_in_kb_budget_loses_at_most_the_budget_of_right_links():
+    tp = [0.1 * i for i in range(1, 101)]  # 100 right links among 120 in-KB mentions
+    t = nil_thresholds(tp, [0.5], in_kb=120, budget=0.025)["in_kb_budget"]
+    assert t == pytest.approx(0.4)  # floor(0.025 x 120) = 3 right links (0.1, 0.2, 0.3) fall under it
+    cases = [NilCase(s, True, True) for s in tp] + [NilCase(0.99, True, False)] * 20 + [NilCase(0.35, False, False)]
+    assert nil_accuracy(cases, t)["in_kb_acc"] == pytest.approx(97 / 120)
+    # ties at the cut are kept together: none of three equal lowest scores is lost alone
+    assert nil_thresholds([0.2, 0.2, 0.2, 0.9], [0.5], in_kb=100, budget=0.02)["in_kb_budget"] == 0.2
 
 
 def test_holding_out_hides_a_concept_before_the_sieve_decides():
@@ -140,7 +157,7 @@ def test_report_headline_matches_json_and_cli_evaluate(nlp, saved, fixtures, tra
     metrics = evaluate_pipeline(nlp, test_docs, train_docs, train_docs, strategies=True)
     assert list(metrics["strategies"]) == ALL_STRATEGIES
     assert metrics["nil"]["dev_held_out_concepts"] > 0 and set(metrics["nil"]["test"]) == {
-        "first_fp", "last_tp", "weighted",
+        "in_kb_budget", "first_fp", "last_tp", "weighted",
     }  # fmt: skip
     assert nlp.get_pipe("concept_normalizer").cfg["strategy"] == "D-T+OD-T"  # restored after the loop
     report = write_report(metrics, tmp_path / "metrics")
@@ -151,9 +168,13 @@ def test_report_headline_matches_json_and_cli_evaluate(nlp, saved, fixtures, tra
     table = re.search(r"## Headline\n\n\| metric \| value \|\n\|---\|---\|\n((?:\|.*\|\n)+)", text).group(1)
     rows = dict(re.fullmatch(r"\| (.*) \| (.*) \|", line).groups() for line in table.splitlines())
     headline = srsly.read_json(tmp_path / "metrics" / "headline.json")
-    assert list(rows) == list(headline) and len(rows) == 10 + 4 * 3
+    # 4 ranking accuracies, 2 as shipped, the ECE, 6 end-to-end; 4 rows per NIL strategy
+    assert list(rows) == list(headline) and len(rows) == 13 + 4 * 4
     assert {k: float(v) for k, v in rows.items()} == headline
     assert headline["Acc@1, gold mentions"] == round(100 * metrics["gold_mentions"]["acc1"], 2) > 0
+    shipped = headline["Acc@1 as shipped (ent.kb_id_, NIL on), gold mentions"]
+    assert shipped == round(100 * metrics["gold_mentions"]["shipped_acc1"], 2) <= headline["Acc@1, gold mentions"]
+    assert 0 <= metrics["confidence"]["ece"] <= 1 and "## Calibration of `kb_confidence`" in text
     assert headline["NER+linking F1, end to end"] == round(100 * metrics["end_to_end"]["ner_linking"]["f"], 2)
     assert headline["NIL threshold, weighted"] == round(metrics["nil"]["thresholds"]["weighted"], 4)
     assert all(f"| {s} |" in text for s in ALL_STRATEGIES)
@@ -185,12 +206,12 @@ def test_calibrate_writes_nil_threshold_into_the_saved_pipeline(nlp, saved, fixt
     config = spacy.util.load_config(model / "config.cfg")
     assert config["components"]["concept_normalizer"]["nil_threshold"] == pytest.approx(stored, abs=1e-12)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]  # no temporary directory left
-    # the CLI, default strategy: the weighted threshold replaces the last one
+    # the CLI, default strategy: the in-KB budget threshold replaces the last one
     result = CliRunner().invoke(app, ["calibrate", str(model), "--dev", dev])
     assert result.exit_code == 0, result.output
-    weighted = spacy.load(model).get_pipe("concept_normalizer").cfg["nil_threshold"]
-    assert weighted == pytest.approx(figures["thresholds"]["weighted"], abs=1e-6)
-    assert weighted != figures["nil_threshold"]
+    budget = spacy.load(model).get_pipe("concept_normalizer").cfg["nil_threshold"]
+    assert budget == pytest.approx(figures["thresholds"]["in_kb_budget"], abs=1e-6)
+    assert figures["thresholds"]["in_kb_budget"] >= figures["thresholds"]["last_tp"]  # never below every right link
 
 
 def test_calibrate_tunes_the_sieve_on_dev_without_dev_mentions_as_domain_names(saved, fixtures, tmp_path):

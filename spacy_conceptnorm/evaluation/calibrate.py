@@ -1,11 +1,12 @@
 """`calibrate`: tune a saved pipeline on dev gold data and write the result into it.
 
-Two settings are chosen on dev: the sieve `threshold` (Xu & Bethard's "Search:tuned": trained encoders give
+Three things are set on dev: the sieve `threshold` (Xu & Bethard's "Search:tuned": trained encoders give
 higher cosines than the 0.95 the paper fixed, so the first stage answers wrongly more often), the one of
-`SIEVE_THRESHOLDS` with the best dev Acc@1; then the NIL threshold (see `nil`). While dev is scored, the dev
-mentions are taken out of the domain names (a pipeline assembled with train+dev mentions as synonyms would
-otherwise find each dev mention itself), except those that are train mentions too; they are put back before
-saving.
+`SIEVE_THRESHOLDS` with the best dev Acc@1; the confidence model (`ranking.confidence`: the probability that a
+link is right, fitted on the dev links); then the NIL threshold on that probability (see `nil`). While dev is
+scored, the dev mentions are taken out of the domain names (a pipeline assembled with train+dev mentions as
+synonyms would otherwise find each dev mention itself), except those that are train mentions too; they are put
+back before saving.
 
 The values go to the component's cfg (saved in `concept_normalizer/cfg`, which `from_disk` reads) and to the
 pipeline's config (`config.cfg`, `[components.concept_normalizer]`), so both agree after `spacy.load`. The
@@ -23,9 +24,11 @@ import spacy
 from spacy.language import Language
 from spacy.tokens import Doc
 
-from ..corpus import mention_spans
+from ..corpus import mention_spans, strip_links
 from ..errors import ConceptNormError, Errors
 from ..kb import DOMAIN, SOURCE_BITS
+from ..ranking.confidence import Confidence, expected_calibration_error, reliability
+from ..scoring import gold_ids
 from ..training.data import concept_pairs
 from ..util import write_dir_atomically
 from .gold import get_normalizer, link_gold_mentions, mention_accuracy, read_gold_docs
@@ -90,6 +93,42 @@ def dev_mentions_hidden(nlp: Language, dev_docs: list[Doc], train_docs: list[Doc
         normalizer.add_synonyms(hidden)
 
 
+def link_evidence(nlp: Language, docs: list[Doc]) -> tuple[list[dict], list[bool]]:
+    """The evidence of each single-concept gold mention's link (the pipeline without `ner`) and whether the
+    link is right: what the confidence model is fitted on."""
+    name, normalizer = get_normalizer(nlp)
+    kb = normalizer.kb
+    text_pipes = [n for n in nlp.pipe_names if n not in ("ner", name)]
+    with nlp.select_pipes(enable=text_pipes):
+        processed = list(nlp.pipe(strip_links(docs)))
+    evidence, correct = [], []
+    for gold_doc, doc, doc_pred in zip(docs, processed, normalizer.predict(processed)):
+        gold = {(e.start_char, e.end_char): e.kb_id_ for e in gold_doc.ents}
+        for ent, parts in zip(normalizer._entities(doc), doc_pred):
+            ids = gold_ids(gold.get((ent.start_char, ent.end_char)) or "")
+            if len(parts) == 1 and len(ids) == 1 and (cid := kb.resolve(ids[0])) is not None:
+                match = parts[0][1]
+                evidence.append(match.evidence)
+                correct.append(bool(match.candidates) and match.candidates[0][0] == cid)
+    return evidence, correct
+
+
+def fit_confidence(nlp: Language, dev_docs: list[Doc]) -> dict:
+    """Fit the linker's confidence model on the dev links; its ECE and reliability bins on dev."""
+    _, normalizer = get_normalizer(nlp)
+    evidence, correct = link_evidence(nlp, dev_docs)
+    confidence = Confidence().fit(evidence, correct)
+    normalizer.linker.confidence = confidence
+    probs = confidence(evidence)
+    return {
+        "links": len(correct),
+        "right": int(sum(correct)),
+        "ece": expected_calibration_error(probs, correct),
+        "reliability": reliability(probs, correct),
+        "model": confidence.to_dict(),
+    }
+
+
 def tune_sieve_threshold(nlp: Language, dev_docs: list[Doc], grid: tuple[float, ...] = SIEVE_THRESHOLDS) -> dict:
     """Dev Acc@1 of the configured sieve at each threshold of `grid`, and the best threshold (ties: the one
     nearest the paper's 0.95). A single-stage strategy has no threshold: the result is empty."""
@@ -111,7 +150,7 @@ def tune_sieve_threshold(nlp: Language, dev_docs: list[Doc], grid: tuple[float, 
 def calibrate(
     model: str | Path,
     dev: str | Path,
-    strategy: str = "weighted",
+    strategy: str = "in_kb_budget",
     holdout: float = 0.2,
     seed: int = 0,
     *,
@@ -123,7 +162,7 @@ def calibrate(
 
     model (Path): The saved pipeline directory.
     dev (Path): Dev gold data, a `.spacy` DocBin or a PubTator file.
-    strategy (str): NIL threshold strategy: "weighted" (default), "first_fp" or "last_tp".
+    strategy (str): NIL threshold strategy: "in_kb_budget" (default), "weighted", "first_fp" or "last_tp".
     holdout (float): Part of the dev mentions whose concepts are held out to make out-of-KB cases.
     seed (int): Seed of the hold-out.
     train (Optional[Path]): Train gold data: dev mentions that are also train mentions stay domain names while
@@ -142,8 +181,16 @@ def calibrate(
         sieve = tune_sieve_threshold(nlp, dev_docs) if tune_sieve else {}
         if sieve:
             set_sieve_threshold(nlp, sieve["threshold"])
+        confidence = fit_confidence(nlp, dev_docs)
         figures = nil_figures(nlp, dev_docs, None, holdout, seed)
     threshold = storable_threshold(figures["thresholds"][strategy])
     set_nil_threshold(nlp, threshold)
     save_pipeline(nlp, output_model or model)
-    return {**figures, "strategy": strategy, "nil_threshold": threshold, "sieve": sieve, "hidden_dev_names": hidden}
+    return {
+        **figures,
+        "strategy": strategy,
+        "nil_threshold": threshold,
+        "sieve": sieve,
+        "confidence": confidence,
+        "hidden_dev_names": hidden,
+    }

@@ -11,7 +11,7 @@ from spacy.language import Language
 from spacy.tokens import Doc
 
 from ..kb import KnowledgeBase
-from .scoring import NIL, is_correct
+from ..scoring import NIL, is_correct
 
 
 def prf(right: int, predicted: int, gold: int) -> dict[str, float]:

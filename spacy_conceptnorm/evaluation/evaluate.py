@@ -4,7 +4,9 @@
   configured and optionally for each of the 14 search strategies; Acc@k ranks the candidates, so the pipeline's
   `nil_threshold` does not change it;
 - end-to-end: NER and NER+linking precision/recall/F1 of the full pipeline on the raw texts (needs a `ner`);
-- the best score of each gold-mention prediction and whether its top candidate was right;
+- Acc@1 as shipped, read from `ent.kb_id_` (NIL decision and document consistency on);
+- the confidence of each gold-mention link and whether its top candidate was right; the expected calibration
+  error of `kb_confidence` and its reliability bins;
 - NIL thresholds and accuracies (`nil.nil_figures`), when dev docs are given.
 """
 
@@ -15,12 +17,13 @@ from spacy.tokens import Doc
 
 from ..corpus import mention_spans
 from ..errors import ConceptNormError, Errors
+from ..ranking.confidence import expected_calibration_error, reliability
+from ..scoring import is_correct
 from ..search import ALL_STRATEGIES
 from .calibrate import dev_mentions_hidden
 from .end_to_end import end_to_end_scores
 from .gold import get_normalizer, link_gold_mentions, mention_accuracy
 from .nil import nil_figures
-from .scoring import is_correct
 
 
 def evaluate_pipeline(
@@ -60,8 +63,11 @@ def evaluate_pipeline(
         "end_to_end": None,
         "nil": None,
     }
-    for m in mentions:
-        result["scores"]["right" if is_correct(kb, m.gold, m.parts, 1) else "wrong"].append(round(m.score, 4))
+    right = [is_correct(kb, m.gold, m.parts, 1) for m in mentions]
+    for m, ok in zip(mentions, right):
+        result["scores"]["right" if ok else "wrong"].append(round(m.score, 4))
+    probs = [max(0.0, m.score) for m in mentions]
+    result["confidence"] = {"ece": expected_calibration_error(probs, right), "reliability": reliability(probs, right)}
     if strategies:
         configured = normalizer.cfg["strategy"]
         try:

@@ -1,7 +1,8 @@
 """NIL (out-of-KB) thresholds: DILBERT's three strategies (Miftahutdinov et al. 2021, "Out-of-KB prediction").
 
-DILBERT orders mentions by the distance to their nearest concept; we use the cosine score instead (higher is
-closer), and a mention is NIL when its best score is under the threshold, as `concept_normalizer`'s
+DILBERT orders mentions by the distance to their nearest concept; we use the link's calibrated confidence
+(`ent._.kb_confidence`, the probability that the link is right; the top cosine before `calibrate` fits it)
+instead (higher is closer), and a mention is NIL when it is under the threshold, as `concept_normalizer`'s
 `nil_threshold` does. The strategies, from calibration mentions split into true positives (in-KB mentions
 linked to a right concept) and out-of-KB mentions (DILBERT's false positives: mapped to a concept though they
 have none):
@@ -11,6 +12,12 @@ have none):
 - `last_tp`: the lowest score of a true positive (the last TP in that list): every calibration TP is kept.
   High recall, low precision.
 - `weighted`: the weighted average of the two, see `nil_thresholds`.
+
+And the product's own operating point, the default of `calibrate`:
+- `in_kb_budget`: the highest threshold that costs at most `IN_KB_BUDGET` of in-KB accuracy against NIL off
+  (the right links it turns into NIL), so as many out-of-KB mentions as possible get NIL while the links users
+  see stay right. DILBERT's thresholds sit on single extreme scores (the highest out-of-KB, the lowest right
+  link), which on a probability either discard many right links or almost no out-of-KB mention.
 
 As in the paper, a score equal to the threshold is linked (the paper's NIL needs a *larger* distance).
 
@@ -33,16 +40,17 @@ from spacy.tokens import Doc
 from ..corpus import mention_spans
 from ..errors import ConceptNormError, Errors
 from ..kb import KnowledgeBase
-from ..search import Match, SieveSearcher
+from ..scoring import gold_ids, is_correct
+from ..search import SieveSearcher
 from .gold import get_normalizer, link_gold_mentions
-from .scoring import gold_ids, is_correct
 
-NIL_STRATEGIES = ("first_fp", "last_tp", "weighted")
+NIL_STRATEGIES = ("in_kb_budget", "first_fp", "last_tp", "weighted")
+IN_KB_BUDGET = 0.005  # in-KB accuracy (a share of the in-KB mentions) `in_kb_budget` may give up: half a point
 
 
 @dataclass
 class NilCase:
-    """One calibration or test mention. score (float): best cosine; in_kb (bool): its concepts are searchable;
+    """One calibration or test mention. score (float): the link's confidence; in_kb (bool): its concepts are searchable;
     correct (bool): the top candidate(s) are right (always False out of the KB)."""
 
     score: float
@@ -50,7 +58,12 @@ class NilCase:
     correct: bool
 
 
-def nil_thresholds(tp_scores: Sequence[float], out_of_kb_scores: Sequence[float]) -> dict[str, float]:
+def nil_thresholds(
+    tp_scores: Sequence[float],
+    out_of_kb_scores: Sequence[float],
+    in_kb: int | None = None,
+    budget: float = IN_KB_BUDGET,
+) -> dict[str, float]:
     """The three thresholds from the scores of true positives and of out-of-KB mentions.
 
     `weighted` is my reading of DILBERT's "weighted average of the first two threshold values. The proportion
@@ -62,13 +75,24 @@ def nil_thresholds(tp_scores: Sequence[float], out_of_kb_scores: Sequence[float]
 
     tp_scores (Sequence[float]): Best scores of in-KB mentions whose top candidate is right.
     out_of_kb_scores (Sequence[float]): Best scores of out-of-KB mentions.
-    RETURNS (Dict[str, float]): {"first_fp", "last_tp", "weighted"}.
+    in_kb (Optional[int]): The number of in-KB mentions (right or wrong); with it, `in_kb_budget` is added: the
+        score of the right link that has floor(budget x in_kb) right links under it, which stay the only ones
+        lost (a score equal to the threshold is linked).
+    budget (float): The share of in-KB accuracy `in_kb_budget` may give up.
+    RETURNS (Dict[str, float]): {"first_fp", "last_tp", "weighted"} and, with `in_kb`, "in_kb_budget".
     """
     if not tp_scores or not out_of_kb_scores:
         raise ConceptNormError(Errors.E906.format(tp=len(tp_scores), out=len(out_of_kb_scores)))
     first_fp, last_tp = max(out_of_kb_scores), min(tp_scores)
     w_first = len(tp_scores) / (len(tp_scores) + len(out_of_kb_scores))
-    return {"first_fp": first_fp, "last_tp": last_tp, "weighted": w_first * first_fp + (1 - w_first) * last_tp}
+    out = {"first_fp": first_fp, "last_tp": last_tp, "weighted": w_first * first_fp + (1 - w_first) * last_tp}
+    if in_kb is not None:
+        ranked = sorted(tp_scores)
+        lost = min(int(budget * in_kb + 1e-9), len(ranked) - 1)
+        while lost > 0 and ranked[lost] == ranked[lost - 1]:  # ties go together: losing fewer keeps the promise
+            lost -= 1
+        out = {"in_kb_budget": ranked[lost], **out}
+    return out
 
 
 def nil_accuracy(cases: Iterable[NilCase], threshold: float) -> dict[str, float]:
@@ -76,8 +100,10 @@ def nil_accuracy(cases: Iterable[NilCase], threshold: float) -> dict[str, float]
     cases = list(cases)
     in_kb = [c.correct and c.score >= threshold for c in cases if c.in_kb]
     out = [c.score < threshold for c in cases if not c.in_kb]
+    no_nil = [c.correct for c in cases if c.in_kb]
     return {
         "in_kb_acc": sum(in_kb) / len(in_kb) if in_kb else 0.0,
+        "in_kb_acc_no_nil": sum(no_nil) / len(no_nil) if no_nil else 0.0,
         "out_of_kb_acc": sum(out) / len(out) if out else 0.0,
         "overall_acc": (sum(in_kb) + sum(out)) / len(cases) if cases else 0.0,
         "in_kb": len(in_kb),
@@ -110,32 +136,15 @@ def held_out_concepts(kb: KnowledgeBase, docs: Iterable[Doc], fraction: float = 
 
 @contextmanager
 def holding_out(searcher: SieveSearcher, concepts: set[str]) -> Iterator[None]:
-    """Search as if `concepts` were not in the KB.
-
-    Each sieve stage's candidates are filtered before the sieve tests its threshold, so a stage that answered
-    only thanks to a held-out concept passes the query on, as it would without the concept; the other
-    concepts' scores do not depend on the held-out ones (-T ranks names, -C each concept's own mean). Nothing
-    is rebuilt or re-encoded and the KB, vectors and indexes are untouched, whereas `kb.remove_names` +
-    `searcher.remove_names` would have to be undone afterwards (re-encoding freed names, rebuilding concept
-    indexes). The stages fetch `len(concepts)` more candidates, so `top_k` remain after filtering.
-    """
-    search_stage, top_k = searcher._search_stage, searcher.top_k
-
-    def filtered(stage, queries) -> list[Match]:
-        return [_without(match, concepts, top_k) for match in search_stage(stage, queries)]
-
-    searcher.top_k = top_k + len(concepts)
-    searcher._search_stage = filtered  # an instance attribute shadows the method until deleted
+    """Search as if `concepts` were not in the KB (`SieveSearcher.hidden`): each sieve stage and the ranker's
+    candidate generation drop them, so a stage that answered only thanks to a held-out concept passes the query
+    on, as it would without the concept. Nothing is rebuilt or re-encoded."""
+    before = searcher.hidden
+    searcher.hidden = frozenset(concepts) | before
     try:
         yield
     finally:
-        del searcher._search_stage
-        searcher.top_k = top_k
-
-
-def _without(match: Match, concepts: set[str], top_k: int) -> Match:
-    kept = [(c, n) for c, n in zip(match.candidates, match.names) if c[0] not in concepts][:top_k]
-    return Match([c for c, _ in kept], [n for _, n in kept], match.stage)
+        searcher.hidden = before
 
 
 def nil_cases(nlp: Language, docs: list[Doc], held_out: set[str]) -> list[NilCase]:
@@ -171,7 +180,9 @@ def nil_figures(
     dev_held = held_out_concepts(kb, dev_docs, fraction, seed)
     dev_cases = nil_cases(nlp, dev_docs, dev_held)
     thresholds = nil_thresholds(
-        [c.score for c in dev_cases if c.in_kb and c.correct], [c.score for c in dev_cases if not c.in_kb]
+        [c.score for c in dev_cases if c.in_kb and c.correct],
+        [c.score for c in dev_cases if not c.in_kb],
+        in_kb=sum(c.in_kb for c in dev_cases),
     )
     out = {
         "holdout_fraction": fraction,

@@ -14,14 +14,18 @@ PNG = "evaluation.png"
 
 def headline(metrics: dict) -> dict[str, float | None]:
     """The headline numbers, in report order: accuracies and P/R/F1 in percent (2 decimals), NIL thresholds as
-    cosines (4 decimals); None where a part was not evaluated."""
+    confidences (4 decimals); None where a part was not evaluated."""
     gold, e2e, nil = metrics["gold_mentions"], metrics.get("end_to_end"), metrics.get("nil")
     rows: dict[str, float | None] = {
+        "Acc@1 as shipped (ent.kb_id_, NIL on), gold mentions": _pct(gold["shipped_acc1"]),
+        "Acc@1 as shipped, refined gold mentions": _pct(gold["shipped_refined_acc1"]),
         "Acc@1, gold mentions": _pct(gold["acc1"]),
         "Acc@5, gold mentions": _pct(gold["acc5"]),
         "Acc@1, refined gold mentions": _pct(gold["refined_acc1"]),
         "Acc@5, refined gold mentions": _pct(gold["refined_acc5"]),
     }
+    if metrics.get("confidence"):
+        rows["Expected calibration error of kb_confidence (%)"] = _pct(metrics["confidence"]["ece"])
     for key, label in (("ner", "NER"), ("ner_linking", "NER+linking")):
         for metric, name in (("p", "precision"), ("r", "recall"), ("f", "F1")):
             rows[f"{label} {name}, end to end"] = _pct(e2e[key][metric]) if e2e else None
@@ -30,7 +34,9 @@ def headline(metrics: dict) -> dict[str, float | None]:
         for strategy, threshold in nil["thresholds"].items():
             acc = nil[split][strategy]
             rows[f"NIL threshold, {strategy}"] = round(threshold, 4)
-            rows[f"NIL in-KB accuracy, {strategy} ({split})"] = _pct(acc["in_kb_acc"])
+            rows[f"NIL in-KB accuracy, {strategy} ({split}; {_pct(acc['in_kb_acc_no_nil'])} with NIL off)"] = _pct(
+                acc["in_kb_acc"]
+            )
             rows[f"NIL out-of-KB accuracy, {strategy} ({split})"] = _pct(acc["out_of_kb_acc"])
             rows[f"NIL overall accuracy, {strategy} ({split})"] = _pct(acc["overall_acc"])
     return rows
@@ -64,9 +70,24 @@ def markdown(metrics: dict, rows: dict[str, float | None]) -> str:
         "|---|---|",
         *(f"| {name} | {_fmt(value, 4 if name.startswith('NIL threshold') else 2)} |" for name, value in rows.items()),
         "",
-        f"![Acc@1 per search strategy; scores of right and wrong links]({PNG})",
+        f"![Acc@1 per search strategy; confidence of right and wrong links; reliability of kb_confidence]({PNG})",
         "",
     ]
+    conf = metrics.get("confidence")
+    if conf:
+        lines += [
+            "## Calibration of `kb_confidence` (test gold mentions)",
+            "",
+            f"Expected calibration error {100 * conf['ece']:.2f}% (10 equal-width bins; right = top candidate right).",
+            "",
+            "| confidence bin | links | mean confidence | accuracy |",
+            "|---|---|---|---|",
+            *(
+                f"| {b['low']:.1f}-{b['high']:.1f} | {b['count']} | {b['confidence']:.3f} | {b['accuracy']:.3f} |"
+                for b in conf["reliability"]
+            ),
+            "",
+        ]
     if metrics.get("strategies"):
         lines += ["## Search strategies (gold mentions)", ""]
         lines += ["| strategy | Acc@1 | Acc@5 | refined Acc@1 | refined Acc@5 |", "|---|---|---|---|---|"]
@@ -107,9 +128,9 @@ def plot(metrics: dict):
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(12, 4.5), layout="constrained")
+    fig = Figure(figsize=(16, 4.5), layout="constrained")
     FigureCanvasAgg(fig)
-    bars, hist = fig.subplots(1, 2, width_ratios=[3, 2])
+    bars, hist, diagram = fig.subplots(1, 3, width_ratios=[3, 2, 2])
     acc = {s: r["acc1"] for s, r in metrics.get("strategies", {}).items()}
     acc = acc or {metrics["pipeline"]["strategy"]: metrics["gold_mentions"]["acc1"]}
     bars.bar(list(acc), [100 * v for v in acc.values()], color="tab:blue")
@@ -122,10 +143,19 @@ def plot(metrics: dict):
     for (strategy, threshold), style in zip(thresholds.items(), (":", "--", "-")):
         hist.axvline(threshold, color="black", linestyle=style, label=f"NIL {strategy}")
     hist.set_yscale("log")  # exact matches (cosine 1) outnumber the rest by far
-    hist.set_xlabel("best candidate cosine")
+    hist.set_xlabel("kb_confidence")
     hist.set_ylabel("mentions (log scale)")
-    hist.set_title("Scores of right and wrong links")
+    hist.set_title("Confidence of right and wrong links")
     hist.legend()
+    bins = (metrics.get("confidence") or {}).get("reliability", [])
+    diagram.plot([0, 1], [0, 1], color="grey", linestyle=":", label="perfect calibration")
+    diagram.plot([b["confidence"] for b in bins], [b["accuracy"] for b in bins], marker="o", label="kb_confidence")
+    diagram.set_xlim(0, 1)
+    diagram.set_ylim(0, 1)
+    diagram.set_xlabel("mean confidence (bin)")
+    diagram.set_ylabel("accuracy (bin)")
+    diagram.set_title("Reliability diagram (test)")
+    diagram.legend()
     return fig
 
 
@@ -135,4 +165,3 @@ def _pct(value: float) -> float:
 
 def _fmt(value: float | None, decimals: int = 2) -> str:
     return "n/a" if value is None else f"{value:.{decimals}f}"
-

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ..corpus import mention_spans, read_docs
 from ..errors import ConceptNormError, Errors
-from ..evaluation.scoring import NIL, gold_ids
+from ..scoring import NIL, gold_ids
 from ..kb import SOURCE_BITS, KnowledgeBase, read_ctd_tsv
 
 ONTOLOGY_BIT = SOURCE_BITS["ontology"]

@@ -39,7 +39,7 @@ from tqdm import tqdm
 
 from ..encoder import NameEncoder
 from ..errors import ConceptNormError, Errors
-from ..evaluation.scoring import accuracy_at
+from ..scoring import accuracy_at
 from ..kb import DOMAIN, ONTOLOGY, Concept, KnowledgeBase
 from ..search import SieveSearcher, parse_strategy
 from ..util import write_dir_atomically, write_json

@@ -14,7 +14,7 @@ from typing import Any
 from spacy.training import Example
 from spacy.util import registry
 
-from ..kb import KnowledgeBase
+from .kb import KnowledgeBase
 
 NIL = "NIL"
 _GOLD_SEP = re.compile(r"[|+]")

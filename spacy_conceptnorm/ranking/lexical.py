@@ -1,0 +1,129 @@
+"""Lexical search over the knowledge base's names, the sparse half of candidate generation.
+
+Two scores between a mention and every name, both as sparse matrix products (scikit-learn + scipy):
+- `tfidf`: cosine of character n-gram TF-IDF vectors (BioSyn's sparse score; n-grams inside word boundaries);
+- `jaccard`: |A ∩ B| / |A ∪ B| of the two token sets (Mondal et al.'s candidate generation), from a binary
+  token matrix: the intersection is a product, the union |A| + |B| - |A ∩ B|; also the intersection's share of
+  the name's tokens and of the mention's. The token vocabulary grows with added names (`add`); the n-gram
+  vocabulary and IDF weights stay as fitted.
+Rows follow the searcher's name rows, so a row id means the same name in the dense and the lexical index.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+import numpy as np
+import srsly
+from scipy import sparse
+from sklearn.feature_extraction.text import TfidfVectorizer
+
+TOKEN = re.compile(r"\w+")
+
+
+class LexicalIndex:
+    """TF-IDF and Jaccard scores of queries against a fixed list of names.
+
+    ngram_range (Tuple[int, int]): Character n-gram sizes of the TF-IDF vectors.
+    """
+
+    def __init__(self, ngram_range: tuple[int, int] = (2, 3)) -> None:
+        self.ngram_range = tuple(ngram_range)
+        self.tfidf = TfidfVectorizer(
+            analyzer="char_wb", ngram_range=self.ngram_range, sublinear_tf=True, dtype=np.float32
+        )
+        self.vocabulary: dict[str, int] = {}  # token -> column; grows as names are added
+        self._tfidf_t: sparse.csr_matrix | None = None  # names' TF-IDF vectors, transposed (V x N)
+        self._tokens_t: sparse.csr_matrix | None = None
+        self._token_counts = np.zeros(0, dtype=np.float32)
+
+    def __len__(self) -> int:
+        return 0 if self._tfidf_t is None else self._tfidf_t.shape[1]
+
+    def fit(self, names: Sequence[str | None]) -> LexicalIndex:
+        """Fit the vocabularies on the names and index them; None (a freed row) indexes as an empty name."""
+        texts = [n or "" for n in names]
+        self._tfidf_t = self.tfidf.fit_transform(texts).T.tocsr()
+        self.vocabulary = {}
+        tokens = self._token_matrix(texts, grow=True)
+        self._tokens_t = tokens.T.tocsr()
+        self._token_counts = np.asarray(tokens.sum(axis=1), dtype=np.float32).ravel()
+        return self
+
+    def _token_matrix(self, texts: Sequence[str], grow: bool) -> sparse.csr_matrix:
+        """Binary (texts x vocabulary) matrix of distinct lower-cased tokens; `grow` adds unseen tokens."""
+        rows, cols = [], []
+        for i, text in enumerate(texts):
+            for token in set(TOKEN.findall(text.lower())):
+                j = self.vocabulary.get(token)
+                if j is None and grow:
+                    j = self.vocabulary[token] = len(self.vocabulary)
+                if j is not None:
+                    rows.append(i)
+                    cols.append(j)
+        data = np.ones(len(rows), dtype=np.float32)
+        return sparse.csr_matrix((data, (rows, cols)), shape=(len(texts), len(self.vocabulary)))
+
+    def add(self, names: Sequence[str | None]) -> None:
+        """Append rows for new names (vocabularies stay as fitted: unseen n-grams and tokens are ignored)."""
+        texts = [n or "" for n in names]
+        self._tfidf_t = sparse.hstack([self._tfidf_t, self.tfidf.transform(texts).T]).tocsr()
+        tokens = self._token_matrix(texts, grow=True)
+        old = self._tokens_t
+        old = sparse.vstack([old, sparse.csr_matrix((tokens.shape[1] - old.shape[0], old.shape[1]))]).tocsr()
+        self._tokens_t = sparse.hstack([old, tokens.T]).tocsr()
+        self._token_counts = np.concatenate([self._token_counts, np.asarray(tokens.sum(axis=1)).ravel()])
+
+    def scores(self, queries: Sequence[str]) -> dict[str, np.ndarray]:
+        """Dense (len(queries) x len(self)) matrices against every name: "tfidf" (cosine), "jaccard", and the
+        token overlap's share of the name's tokens ("name_coverage") and of the query's ("mention_coverage")."""
+        tfidf = (self.tfidf.transform(queries) @ self._tfidf_t).toarray()
+        q_tokens = self._token_matrix(queries, grow=False)
+        inter = (q_tokens @ self._tokens_t).toarray()
+        # every distinct token of the query counts, known to the names or not
+        q_counts = np.array([[len(set(TOKEN.findall(q.lower())))] for q in queries], dtype=np.float32)
+        union = q_counts + self._token_counts[None, :] - inter
+        return {
+            "tfidf": tfidf,
+            "jaccard": _ratio(inter, union),
+            "name_coverage": _ratio(inter, np.broadcast_to(self._token_counts[None, :], inter.shape)),
+            "mention_coverage": _ratio(inter, np.broadcast_to(q_counts, inter.shape)),
+        }
+
+    def to_bytes(self) -> bytes:
+        """Vocabularies, IDF weights and matrices as plain arrays (msgpack; nothing is unpickled on load)."""
+        return srsly.msgpack_dumps(
+            {
+                "ngram_range": list(self.ngram_range),
+                "tfidf_vocabulary": {k: int(v) for k, v in self.tfidf.vocabulary_.items()},
+                "idf": np.asarray(self.tfidf.idf_, dtype=np.float64),
+                "token_vocabulary": self.vocabulary,
+                "tfidf_t": _csr_parts(self._tfidf_t),
+                "tokens_t": _csr_parts(self._tokens_t),
+                "token_counts": self._token_counts,
+            }
+        )
+
+    def from_bytes(self, data: bytes) -> LexicalIndex:
+        msg = srsly.msgpack_loads(data)
+        self.__init__(tuple(msg["ngram_range"]))
+        self.tfidf.vocabulary_ = msg["tfidf_vocabulary"]
+        self.tfidf.idf_ = np.asarray(msg["idf"], dtype=np.float64)
+        self.vocabulary = {str(k): int(v) for k, v in msg["token_vocabulary"].items()}
+        self._tfidf_t = _csr(msg["tfidf_t"])
+        self._tokens_t = _csr(msg["tokens_t"])
+        self._token_counts = np.asarray(msg["token_counts"], dtype=np.float32)
+        return self
+
+
+def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    return np.divide(num, den, out=np.zeros_like(num), where=den > 0)
+
+
+def _csr_parts(matrix: sparse.csr_matrix) -> dict:
+    return {"data": matrix.data, "indices": matrix.indices, "indptr": matrix.indptr, "shape": list(matrix.shape)}
+
+
+def _csr(parts: dict) -> sparse.csr_matrix:
+    return sparse.csr_matrix((parts["data"], parts["indices"], parts["indptr"]), shape=tuple(parts["shape"]))

@@ -1,0 +1,70 @@
+"""The linker: the sieve's candidates, re-ranked, with a calibrated confidence per answer.
+
+    queries -> sieve (dense top-k) -> CandidateGenerator (+ lexical, features) -> Ranker -> Confidence
+
+Without a ranker (or before it is trained) the sieve's answer stands and its confidence is the top cosine until
+the confidence model is fitted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..search import Match, SieveSearcher
+from .candidates import CandidateGenerator, CandidateSet
+from .confidence import Confidence
+from .ranker import Ranker, sieve_evidence
+
+
+class Linker:
+    """searcher (SieveSearcher): The built sieve. ranker (Optional[Ranker]): The second stage.
+    confidence (Confidence): Maps evidence to the probability that a link is right."""
+
+    def __init__(self, searcher: SieveSearcher, ranker: Ranker | None = None, confidence: Confidence | None = None):
+        self.searcher = searcher
+        self.ranker = ranker
+        self.confidence = confidence or Confidence()
+        self.generator = CandidateGenerator(searcher, ranker.lexical_k) if ranker is not None else None
+        if self.generator is not None:
+            self.generator.counts = ranker.counts
+
+    def build(self) -> None:
+        if self.generator is not None:
+            self.generator.build()
+
+    def changed(self) -> None:
+        """The searcher's names changed (synonyms added or removed)."""
+        if self.generator is not None:
+            self.generator.sync()
+
+    def candidate_sets(self, keys: Sequence[str]) -> list[CandidateSet]:
+        """Candidate sets of distinct normalized queries (for training and inspection)."""
+        vectors = self.searcher.query_vectors(keys)
+        found = self.searcher.search_keys(keys, top_k=self.ranker.dense_k, vectors=vectors)
+        return self.generator.generate(keys, [found[k] for k in keys], vectors)
+
+    def link(self, texts: Sequence[str], contexts: Sequence[str] | None = None) -> list[Match]:
+        """One Match per text, with `confidence` set. Each distinct normalized text is linked once (with the
+        context of its first occurrence)."""
+        keys = [self.searcher.kb.normalizer(t) for t in texts]
+        first = {}
+        for i, key in enumerate(keys):
+            if key:
+                first.setdefault(key, i)
+        unique = list(first)
+        kb = self.searcher.kb
+        ranked = self.ranker is not None and self.ranker.is_fitted
+        # known names keep the sieve's answer when the ranker's fast path is on: no candidate sets for them
+        sieve_only = [k for k in unique if not ranked or (self.ranker.fast_path and kb.concepts_for(k))]
+        found = self.searcher.search_keys(sieve_only)
+        answers = {k: sieve_evidence(found[k], bool(kb.concepts_for(k))) for k in sieve_only}
+        rest = [k for k in unique if k not in answers]
+        if rest:
+            sets = self.candidate_sets(rest)
+            mentions = [texts[first[k]] for k in rest]
+            ctx = [contexts[first[k]] if contexts else "" for k in rest]
+            answers.update(zip(rest, self.ranker.rerank(sets, mentions, ctx, self.searcher.top_k)))
+        matches = list(answers.values())
+        for match, prob in zip(matches, self.confidence([m.evidence for m in matches])):
+            match.confidence = float(prob)
+        return [answers.get(k, Match(confidence=0.0)) for k in keys]

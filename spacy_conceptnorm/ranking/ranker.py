@@ -1,0 +1,249 @@
+"""The second-stage ranker: orders each mention's candidates by a learned probability of being right.
+
+The model is a listwise logistic regression (conditional logit: a softmax over each mention's candidates of a
+linear score) over the candidate features (`candidates.FEATURES`) and, when given, one column per pair scorer
+(Mondal et al.'s triplet CNN, a cross-encoder). `model = "hybrid"` keeps two
+columns, the dense cosine and the TF-IDF score: BioSyn's hybrid of a dense and a sparse score with a learned
+weight, the cheapest ranker. Mentions whose normalized text is a known name keep the sieve's answer (the fast
+path) unless `fast_path` is off.
+
+The model is a few arrays (feature means, scales, weights), saved as plain numbers: predicting is one matrix
+product, and loading a pipeline unpickles nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+from spacy.util import registry
+
+from ..errors import ConceptNormError, Errors
+from ..search import Match
+from .candidates import FEATURES, CandidateSet
+from .pair_scorer import PairScorer
+
+# column sets: "hybrid" is BioSyn's dense + weighted sparse score; "hybrid_prior" adds how often annotators chose
+# the concept (best on NCBI-disease dev: 65.9% Acc@1 on mentions that are no known name, sieve 63.6, hybrid
+# 59.9, every feature 65.2); "full" takes every feature
+MODELS = {"hybrid": ("dense", "tfidf"), "hybrid_prior": ("dense", "tfidf", "count_prior"), "full": FEATURES}
+
+
+class Ranker:
+    """Rank candidate concepts with a learned model.
+
+    model (str): The columns: "hybrid" (dense + learned weight x TF-IDF), "hybrid_prior" (+ the concept's
+        annotation frequency) or "full" (every feature).
+    scorers (Dict[str, PairScorer]): Learned pair scorers whose scores become extra columns (need training).
+    fast_path (bool): A mention that is a known name keeps the sieve's answer.
+    dense_k (int): Candidates taken from the sieve.
+    lexical_k (int): Names taken from each lexical score.
+    regularization (float): L2 penalty on the weights of the listwise model.
+    """
+
+    def __init__(
+        self,
+        model: str = "hybrid_prior",
+        scorers: dict[str, PairScorer] | None = None,
+        fast_path: bool = True,
+        dense_k: int = 20,
+        lexical_k: int = 10,
+        regularization: float = 1e-3,
+    ) -> None:
+        if model not in MODELS:
+            raise ConceptNormError(Errors.E310.format(model=model, choices=sorted(MODELS)))
+        for key, value in (("dense_k", dense_k), ("lexical_k", lexical_k)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ConceptNormError(Errors.E311.format(key=key, value=value))
+        self.model = model
+        self.scorers = dict(scorers or {})
+        self.fast_path = fast_path
+        self.dense_k = dense_k
+        self.lexical_k = lexical_k
+        self.regularization = regularization
+        self.weights: dict[str, np.ndarray] | None = None  # "mean", "scale", "coef" (per column), "intercept"
+        self.counts: dict[str, int] = {}  # concept id -> annotated training mentions (the `count_prior` feature)
+
+    @property
+    def columns(self) -> list[str]:
+        return [*MODELS[self.model], *self.scorers]
+
+    @property
+    def is_fitted(self) -> bool:
+        return self.weights is not None
+
+    # --- features -----------------------------------------------------------------------------------------------
+    def matrix(
+        self, sets: Sequence[CandidateSet], mentions: Sequence[str], contexts: Sequence[str]
+    ) -> list[np.ndarray]:
+        """Per candidate set, its (candidates x columns) matrix."""
+        base = [s.features[:, [FEATURES.index(f) for f in MODELS[self.model]]] for s in sets]
+        extra = []
+        for scorer in self.scorers.values():
+            extra.append(scorer.score(mentions, [s.names for s in sets], contexts))
+        return [np.column_stack([b, *(e[i].reshape(-1, 1) for e in extra)]) for i, b in enumerate(base)]
+
+    # --- training -------------------------------------------------------------------------------------------------
+    def fit(
+        self,
+        sets: Sequence[CandidateSet],
+        gold: Sequence[set[str]],
+        mentions: Sequence[str],
+        contexts: Sequence[str],
+    ) -> dict:
+        """Fit the listwise model on the candidate sets the ranker will see (with the fast path on, not those of
+        known names) whose gold concept is among the candidates (the others teach nothing about ranking).
+
+        gold (Sequence[Set[str]]): Per set, the right concept ids.
+        """
+        keep = [
+            i for i, s in enumerate(sets)
+            if gold[i] & set(s.concept_ids) and len(s.concept_ids) > 1 and not (self.fast_path and s.exact)
+        ]  # fmt: skip
+        if not keep:
+            raise ConceptNormError(Errors.E312)
+        mats = self.matrix([sets[i] for i in keep], [mentions[i] for i in keep], [contexts[i] for i in keep])
+        right = [np.array([c in gold[i] for c in sets[i].concept_ids]) for i in keep]
+        x = np.vstack(mats).astype(np.float64)  # float64 weights: saved and reloaded exactly
+        mean, scale = x.mean(0), x.std(0)
+        scale[scale == 0] = 1.0
+        coef = fit_conditional_logit([(m - mean) / scale for m in mats], right, self.regularization)
+        self.weights = {"mean": mean, "scale": scale, "coef": coef, "intercept": np.zeros(1)}
+        return {"sets": len(keep), "pairs": len(x), "coef": dict(zip(self.columns, map(float, coef)))}
+
+    # --- ranking --------------------------------------------------------------------------------------------------
+    def probabilities(self, matrix: np.ndarray) -> np.ndarray:
+        """Softmax over one candidate set of the linear scores: P(candidate is the right one | one is)."""
+        w = self.weights
+        z = ((matrix - w["mean"]) / w["scale"]) @ w["coef"]
+        z = np.exp(z - z.max())
+        return z / z.sum()
+
+    def rerank(
+        self, sets: Sequence[CandidateSet], mentions: Sequence[str], contexts: Sequence[str], top_k: int
+    ) -> list[Match]:
+        """The new Match of each candidate set: candidates ordered by probability, scores = probabilities.
+        Fast-path sets keep the sieve's order; their scores stay the sieve's cosines."""
+        todo = [i for i, s in enumerate(sets) if len(s.concept_ids) and not (self.fast_path and s.exact)]
+        out = [_evidence(s.sieve, s, None) for s in sets]
+        if todo and self.is_fitted:
+            mats = self.matrix([sets[i] for i in todo], [mentions[i] for i in todo], [contexts[i] for i in todo])
+            for i, mat in zip(todo, mats):
+                s = sets[i]
+                probs = self.probabilities(mat)
+                order = sorted(range(len(probs)), key=lambda j: (-round(float(probs[j]), 6), j))[:top_k]
+                match = Match(
+                    [(s.concept_ids[j], float(probs[j])) for j in order],
+                    [self._surface(s.names[j]) for j in order],
+                    s.sieve.stage,
+                )
+                out[i] = _evidence(match, s, probs[order])
+        return out
+
+    def _surface(self, name: str) -> str:
+        return name
+
+    # --- serialization -------------------------------------------------------------------------------------------
+    def cfg(self) -> dict:
+        return {
+            "model": self.model,
+            "fast_path": self.fast_path,
+            "dense_k": self.dense_k,
+            "lexical_k": self.lexical_k,
+            "regularization": self.regularization,
+            "scorers": list(self.scorers),
+        }
+
+    def weights_to_dict(self) -> dict | None:
+        if self.weights is None:
+            return None
+        return {k: [float(x) for x in np.ravel(v)] for k, v in self.weights.items()}
+
+    def weights_from_dict(self, data: dict | None, path: str | Path = "ranker") -> None:
+        if data is None:
+            self.weights = None
+            return
+        try:
+            weights = {k: np.asarray(data[k], dtype=np.float64) for k in ("mean", "scale", "coef", "intercept")}
+        except (KeyError, TypeError, ValueError) as e:
+            raise ConceptNormError(Errors.E004.format(path=path, detail=f"ranker weights: {e}")) from None
+        if any(len(weights[k]) != len(self.columns) for k in ("mean", "scale", "coef")):
+            raise ConceptNormError(Errors.E302.format(path=path, detail="the ranker's weights do not fit its columns"))
+        self.weights = weights
+
+
+def _evidence(match: Match, cands: CandidateSet, probs: np.ndarray | None) -> Match:
+    """Attach the evidence the confidence model reads (see `sieve_evidence`); a re-ranked match's scores are
+    its probabilities, and its dense value is the top candidate's cosine."""
+    if probs is None:
+        return sieve_evidence(match, cands.exact)
+    top = match.candidates[0][0] if match.candidates else None
+    dense = float(cands.features[cands.concept_ids.index(top), FEATURES.index("dense")]) if top else 0.0
+    return _with_evidence(match, list(map(float, probs)), dense, cands.exact)
+
+
+def sieve_evidence(match: Match, exact: bool) -> Match:
+    """The evidence of a sieve answer: its top cosine, the margin to the runner-up, whether the mention is a
+    known name, whether the domain stage answered."""
+    scores = [s for _, s in match.candidates]
+    return _with_evidence(match, scores, scores[0] if scores else 0.0, exact)
+
+
+def _with_evidence(match: Match, scores: list[float], dense: float, exact: bool) -> Match:
+    if scores:
+        match.evidence = {
+            "score": scores[0],
+            "margin": scores[0] - scores[1] if len(scores) > 1 else 1.0,
+            "dense": dense,
+            "exact": float(exact),
+            "domain_stage": float(match.stage is not None and match.stage.startswith("D-")),
+        }
+    return match
+
+
+def fit_conditional_logit(mats: Sequence[np.ndarray], right: Sequence[np.ndarray], l2: float) -> np.ndarray:
+    """Weights w maximizing the mean log-probability of the right candidates under a softmax of X @ w over each
+    set (McFadden's conditional logit, ListNet with one right answer), with an L2 penalty; L-BFGS in torch.
+
+    mats (Sequence[np.ndarray]): Per set, its (candidates x columns) standardized matrix.
+    right (Sequence[np.ndarray]): Per set, a boolean mask of the right candidates (one or more).
+    l2 (float): Strength of the penalty on the weights.
+    """
+    import torch
+
+    width = max(len(m) for m in mats)
+    dim = mats[0].shape[1]
+    x = torch.zeros(len(mats), width, dim, dtype=torch.float64)
+    valid = torch.zeros(len(mats), width, dtype=torch.bool)
+    target = torch.zeros(len(mats), width, dtype=torch.bool)
+    for i, (m, r) in enumerate(zip(mats, right)):
+        x[i, : len(m)] = torch.from_numpy(np.asarray(m, dtype=np.float64))
+        valid[i, : len(m)] = True
+        target[i, : len(m)] = torch.from_numpy(r)
+    w = torch.zeros(dim, dtype=torch.float64, requires_grad=True)
+    optimizer = torch.optim.LBFGS([w], max_iter=500, line_search_fn="strong_wolfe")
+
+    def closure():
+        optimizer.zero_grad()
+        logp = torch.log_softmax((x @ w).masked_fill(~valid, float("-inf")), dim=1)
+        right_logp = torch.logsumexp(logp.masked_fill(~target, float("-inf")), dim=1)
+        loss = -right_logp.mean() + l2 * (w * w).sum()
+        loss.backward()
+        return loss
+
+    optimizer.step(closure)
+    return w.detach().numpy().copy()
+
+
+@registry.misc("spacy_conceptnorm.ranker.v1")
+def make_ranker(
+    model: str = "hybrid_prior",
+    scorers: dict[str, PairScorer] | None = None,
+    fast_path: bool = True,
+    dense_k: int = 20,
+    lexical_k: int = 10,
+    regularization: float = 1e-3,
+) -> Ranker:
+    """A config's ranker: `@misc = "spacy_conceptnorm.ranker.v1"`, with pair scorers as sub-sections."""
+    return Ranker(model, scorers, fast_path, dense_k, lexical_k, regularization)

@@ -1,0 +1,205 @@
+"""The second stage: lexical candidates, the listwise ranker, calibrated confidence, document consistency."""
+
+import numpy as np
+import pytest
+import spacy
+from spacy.tokens import Span
+from spacy.training import Example
+
+from spacy_conceptnorm.consistency import initials, make_consistent
+from spacy_conceptnorm.errors import ConceptNormError
+from spacy_conceptnorm.kb import load_kb
+from spacy_conceptnorm.ranking.candidates import FEATURES, CandidateGenerator
+from spacy_conceptnorm.ranking.confidence import Confidence, expected_calibration_error, reliability
+from spacy_conceptnorm.ranking.lexical import LexicalIndex
+from spacy_conceptnorm.ranking.ranker import Ranker, fit_conditional_logit
+from spacy_conceptnorm.search import SieveSearcher
+from spacy_conceptnorm.training.ranker import ranking_examples, recall_at, train_ranker
+
+from .fake_encoder import TrigramEncoder
+
+NAMES = ["breast cancer", "cancer of the breast", "ovarian cancer", "colon cancer", "ataxia telangiectasia"]
+
+
+def test_lexical_scores_by_hand():
+    index = LexicalIndex().fit(NAMES)
+    s = index.scores(["breast cancer", "cancer breast tumour"])
+    # tokens {breast, cancer} against {cancer, of, the, breast}: 2 shared of 4 distinct
+    assert s["jaccard"][0, 1] == pytest.approx(2 / 4)
+    assert s["name_coverage"][0, 1] == pytest.approx(2 / 4) and s["mention_coverage"][0, 1] == pytest.approx(1.0)
+    # {cancer, breast, tumour} against {breast, cancer}: all of the name, 2 of 3 of the mention
+    assert s["name_coverage"][1, 0] == pytest.approx(1.0) and s["mention_coverage"][1, 0] == pytest.approx(2 / 3)
+    assert s["tfidf"][0, 0] == pytest.approx(1.0, abs=1e-5)  # a name is its own nearest
+    assert int(np.argmax(s["tfidf"][0])) == 0 and int(np.argmin(s["tfidf"][0])) == 4  # "an" is all they share
+    assert s["jaccard"][1, 4] == 0.0
+
+
+def test_lexical_index_round_trip_and_added_rows():
+    index = LexicalIndex().fit(NAMES[:3])
+    index.add(["colon cancer", None])
+    assert len(index) == 5
+    copy = LexicalIndex().from_bytes(index.to_bytes())
+    for key, matrix in index.scores(["colon cancers"]).items():
+        assert np.array_equal(matrix, copy.scores(["colon cancers"])[key]), key
+    assert index.scores(["colon cancer"])["jaccard"][0, 3] == pytest.approx(1.0)
+    assert index.scores(["colon cancer"])["jaccard"][0, 4] == 0.0  # a freed row matches nothing
+
+
+def test_conditional_logit_learns_which_column_marks_the_right_candidate():
+    rng = np.random.default_rng(0)
+    mats, right = [], []
+    for _ in range(200):
+        m = rng.normal(size=(6, 3))
+        r = np.zeros(6, dtype=bool)
+        r[int(np.argmax(m[:, 1]))] = True  # column 1 alone decides; 0 and 2 are noise
+        mats.append(m)
+        right.append(r)
+    w = fit_conditional_logit(mats, right, 1e-3)
+    assert w[1] > 5 * max(abs(w[0]), abs(w[2]))
+    held_out = rng.normal(size=(50, 6, 3))
+    assert all(int(np.argmax(m @ w)) == int(np.argmax(m[:, 1])) for m in held_out)
+
+
+def test_ece_and_reliability_by_hand():
+    probs, correct = [0.95, 0.95, 0.15, 0.15], [True, False, False, False]
+    bins = reliability(probs, correct)
+    assert [(b["count"], b["accuracy"]) for b in bins] == [(2, 0.0), (2, 0.5)]
+    # |0 - 0.15| x 1/2 + |0.5 - 0.95| x 1/2
+    assert expected_calibration_error(probs, correct) == pytest.approx(0.075 + 0.225)
+    assert expected_calibration_error([1.0, 0.0], [True, False]) == 0.0
+
+
+def test_confidence_model_orders_evidence_and_needs_both_outcomes():
+    rng = np.random.default_rng(1)
+    evidence, correct = [], []
+    for _ in range(300):
+        score = float(rng.uniform())
+        evidence.append({"score": score, "margin": score / 2, "dense": score, "exact": 0.0, "domain_stage": 0.0})
+        correct.append(bool(rng.uniform() < score))  # right about as often as the score says
+    conf = Confidence().fit(evidence, correct)
+    low, high = conf(
+        [
+            {**evidence[0], "score": 0.1, "margin": 0.05, "dense": 0.1},
+            {**evidence[0], "score": 0.9, "margin": 0.45, "dense": 0.9},
+        ]
+    )
+    assert low < 0.35 < 0.65 < high
+    assert expected_calibration_error(conf(evidence), correct) < 0.08
+    assert conf([{}])[0] == 0.0  # nothing found: no confidence
+    restored = Confidence().from_dict(conf.to_dict())
+    assert np.allclose(restored(evidence), conf(evidence))
+    with pytest.raises(ConceptNormError, match="right and wrong"):
+        Confidence().fit(evidence[:5], [True] * 5)
+
+
+@pytest.fixture
+def searcher(fixtures):
+    kb = load_kb(fixtures / "medic_sample.txt")
+    searcher = SieveSearcher(kb, TrigramEncoder(), "OD-T", top_k=5)
+    searcher.build()
+    return searcher
+
+
+def test_candidates_add_lexical_finds_and_describe_every_concept(searcher):
+    generator = CandidateGenerator(searcher, lexical_k=5)
+    generator.build()
+    keys = ["colorectal cancer", "colorectal neoplasms"]
+    vectors = searcher.query_vectors(keys)
+    found = searcher.search_keys(keys, top_k=2, vectors=vectors)
+    sets = generator.generate(keys, [found[k] for k in keys], vectors)
+    first = sets[0]
+    assert first.concept_ids[:2] == [c for c, _ in found[keys[0]].candidates]  # the sieve's order first
+    assert len(first.concept_ids) > 2  # lexical finds beyond the sieve's two
+    assert first.features.shape == (len(first.concept_ids), len(FEATURES))
+    exact = sets[1]
+    assert exact.exact and exact.features[0, FEATURES.index("exact")] == 1.0
+    dense = first.features[:, FEATURES.index("dense")]
+    assert np.allclose(first.features[:, FEATURES.index("dense_gap")], dense.max() - dense)
+    searcher.hidden = frozenset({exact.concept_ids[0]})
+    hidden = generator.generate(keys[1:], [searcher.search_keys(keys[1:], top_k=2)[keys[1]]], vectors[1:])[0]
+    assert exact.concept_ids[0] not in hidden.concept_ids and not hidden.exact
+
+
+def test_ranker_rejects_bad_settings():
+    with pytest.raises(ConceptNormError, match="ranker model"):
+        Ranker("gbdt")
+    with pytest.raises(ConceptNormError, match="lexical_k"):
+        Ranker(lexical_k=0)
+
+
+def linker_pipeline(train_docs, kb):
+    nlp = spacy.blank("en")
+    normalizer = nlp.add_pipe("concept_normalizer", config={"strategy": "D-T+OD-T"})
+    normalizer.encoder = TrigramEncoder()
+    normalizer.initialize(lambda: [Example(d, d) for d in train_docs], nlp=nlp, kb=kb)
+    return nlp, normalizer
+
+
+def test_train_ranker_on_folds_then_link_and_save(train_docs, test_docs, kb, tmp_path):
+    nlp, normalizer = linker_pipeline(train_docs, kb)
+    examples = ranking_examples(nlp, train_docs, folds=3, log=lambda _: None)
+    assert examples and recall_at(examples, 0) >= recall_at(examples, 1)
+    # a fold's own mentions are hidden from the domain names: not every example is a known name
+    assert any(not e.candidates.exact for e in examples)
+    report = train_ranker(nlp, train_docs, test_docs, folds=3, log=lambda _: None)
+    assert normalizer.ranker.is_fitted and report["fit"]["sets"] > 0
+    assert set(report["fit"]["coef"]) == {"dense", "tfidf", "count_prior"}
+    doc = nlp.make_doc("Patients with colorectal tumours and breast cancer.")
+    doc.ents = [Span(doc, 2, 4, "Disease"), Span(doc, 5, 7, "Disease")]
+    linked = normalizer(doc)
+    for ent in linked.ents:
+        assert isinstance(ent._.kb_ents, list) and all(isinstance(c, str) for c, _ in ent._.kb_ents)
+        assert 0.0 <= ent._.kb_confidence <= 1.0
+    before = [(e.kb_id_, e._.kb_ents, e._.kb_confidence) for e in linked.ents]
+    nlp.to_disk(tmp_path / "p")
+    reloaded = spacy.load(tmp_path / "p")
+    reloaded.get_pipe("concept_normalizer").searcher.encoder = TrigramEncoder()  # saved by reference only
+    doc2 = nlp.make_doc(doc.text)
+    doc2.ents = [Span(doc2, 2, 4, "Disease"), Span(doc2, 5, 7, "Disease")]
+    after = [(e.kb_id_, e._.kb_ents, e._.kb_confidence) for e in reloaded(doc2).ents]
+    assert after == before
+    assert reloaded.get_pipe("concept_normalizer").ranker.counts == normalizer.ranker.counts
+
+
+def test_nil_is_decided_on_confidence(train_docs, kb):
+    nlp, normalizer = linker_pipeline(train_docs, kb)
+    doc = nlp.make_doc("A colorectal tumour.")
+    doc.ents = [Span(doc, 1, 3, "Disease")]
+    ent = normalizer(doc).ents[0]
+    assert ent.kb_id_ != "NIL"
+    normalizer.cfg["nil_threshold"] = ent._.kb_confidence + 1e-6
+    doc.ents = [Span(doc, 1, 3, "Disease")]
+    assert normalizer(doc).ents[0].kb_id_ == "NIL"
+
+
+def test_initials():
+    assert initials("Duchenne muscular dystrophy") == "DMD"
+    assert initials("hereditary non-polyposis colorectal cancer") == "HNPCC"
+    assert initials("disease of the heart") == "DH"
+
+
+def test_undefined_abbreviation_takes_the_concept_it_stands_for():
+    nlp = spacy.blank("en")
+    doc = nlp("Duchenne muscular dystrophy is severe. DMD boys walk late.")
+    full, abbr = Span(doc, 0, 3, "Disease", kb_id="D020388"), Span(doc, 6, 7, "Disease", kb_id="D009136")
+    doc.ents = [full, abbr]
+    for span, cid, conf in ((full, "D020388", 0.95), (abbr, "D009136", 0.4)):
+        span._.kb_parts = [
+            {
+                "text": span.text,
+                "kb_id": cid,
+                "candidates": [(cid, conf)],
+                "name": "x",
+                "stage": "OD-T",
+                "confidence": conf,
+            }
+        ]
+        span._.kb_ents, span._.kb_confidence, span._.kb_name = [(cid, conf)], conf, "x"
+    assert make_consistent(doc, list(doc.ents), lambda t: t.lower(), nil_threshold=0.0) == 1
+    assert [e.kb_id_ for e in doc.ents] == ["D020388", "D020388"]
+    assert doc.ents[1]._.kb_stage == "consistency" and doc.ents[1]._.kb_ents[0] == ("D020388", 0.95)
+    # a confident link keeps its own concept
+    doc.ents[1]._.kb_confidence = 0.99
+    doc.ents = [doc.ents[0], Span(doc, 6, 7, "Disease", kb_id="D009136")]
+    doc.ents[1]._.kb_confidence = 0.99
+    assert make_consistent(doc, list(doc.ents), lambda t: t.lower(), nil_threshold=0.0) == 0
