@@ -203,3 +203,23 @@ def test_undefined_abbreviation_takes_the_concept_it_stands_for():
     doc.ents = [doc.ents[0], Span(doc, 6, 7, "Disease", kb_id="D009136")]
     doc.ents[1]._.kb_confidence = 0.99
     assert make_consistent(doc, list(doc.ents), lambda t: t.lower(), nil_threshold=0.0) == 0
+
+
+def test_cache_answers_repeats_and_forgets_on_change(train_docs, kb):
+    nlp, normalizer = linker_pipeline(train_docs, kb)
+    linker = normalizer.linker
+    first = linker.link(["colorectal tumours", "colorectal tumours", "breast cancer"])
+    assert (linker.cache_lookups, linker.cache_hits) == (2, 0)  # distinct texts looked up once
+    again = linker.link(["colorectal tumours"])
+    assert linker.cache_hits == 1 and again[0].candidates == first[0].candidates
+    again[0].candidates.clear()  # a caller changing its Match does not change the cache
+    assert linker.link(["colorectal tumours"])[0].candidates == first[0].candidates
+    top = first[0].candidates[0][0]
+    other = next(c for c in kb.concepts if c != top)
+    normalizer.add_synonyms([("colorectal tumours", other)])  # a new synonym answers at once
+    assert linker.link(["colorectal tumours"])[0].candidates[0][0] in {top, other}
+    assert other in [c for c, _ in linker.link(["colorectal tumours"])[0].candidates]
+    hits = linker.cache_hits
+    normalizer.set_strategy("OD-T")  # another sieve: nothing cached applies
+    linker.link(["breast cancer"])
+    assert linker.cache_hits == hits

@@ -8,6 +8,7 @@ the confidence model is fitted.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Sequence
 
 from ..search import Match, SieveSearcher
@@ -20,10 +21,15 @@ class Linker:
     """searcher (SieveSearcher): The built sieve. ranker (Optional[Ranker]): The second stage.
     confidence (Confidence): Maps evidence to the probability that a link is right."""
 
+    cache_size = 100_000  # linked texts remembered across batches (corpora repeat their mentions heavily)
+
     def __init__(self, searcher: SieveSearcher, ranker: Ranker | None = None, confidence: Confidence | None = None):
         self.searcher = searcher
         self.ranker = ranker
         self.confidence = confidence or Confidence()
+        self._cache: OrderedDict[str, Match] = OrderedDict()
+        self._cache_state: tuple | None = None
+        self.cache_hits = self.cache_lookups = 0
         self.generator = CandidateGenerator(searcher, ranker.lexical_k) if ranker is not None else None
         if self.generator is not None:
             self.generator.counts = ranker.counts
@@ -34,8 +40,15 @@ class Linker:
 
     def changed(self) -> None:
         """The searcher's names changed (synonyms added or removed)."""
+        self._cache.clear()
         if self.generator is not None:
             self.generator.sync()
+
+    def _state(self) -> tuple:
+        """What a cached answer depends on besides the names (whose changes clear the cache)."""
+        s, r = self.searcher, self.ranker
+        ranker = None if r is None else (r.is_fitted, r.fast_path, id(r.weights), r.dense_k, r.lexical_k, r.model)
+        return (s.strategy, s.threshold, s.top_k, s.hidden, ranker)
 
     def candidate_sets(self, keys: Sequence[str]) -> list[CandidateSet]:
         """Candidate sets of distinct normalized queries (for training and inspection)."""
@@ -51,20 +64,44 @@ class Linker:
         for i, key in enumerate(keys):
             if key:
                 first.setdefault(key, i)
-        unique = list(first)
+        state = self._state()
+        if state != self._cache_state:
+            self._cache.clear()
+            self._cache_state = state
+        cacheable = self.ranker is None or not self.ranker.scorers  # pair scorers may read the context
+        answers: dict[str, Match] = {}
+        if cacheable:
+            for key in first:
+                hit = self._cache.get(key)
+                if hit is not None:
+                    self._cache.move_to_end(key)
+                    answers[key] = hit
+            self.cache_lookups += len(first)
+            self.cache_hits += len(answers)
+        unique = [k for k in first if k not in answers]
         kb = self.searcher.kb
         ranked = self.ranker is not None and self.ranker.is_fitted
         # known names keep the sieve's answer when the ranker's fast path is on: no candidate sets for them
         sieve_only = [k for k in unique if not ranked or (self.ranker.fast_path and kb.concepts_for(k))]
         found = self.searcher.search_keys(sieve_only)
-        answers = {k: sieve_evidence(found[k], bool(kb.concepts_for(k))) for k in sieve_only}
+        answers.update((k, sieve_evidence(found[k], bool(kb.concepts_for(k)))) for k in sieve_only)
         rest = [k for k in unique if k not in answers]
         if rest:
             sets = self.candidate_sets(rest)
             mentions = [texts[first[k]] for k in rest]
             ctx = [contexts[first[k]] if contexts else "" for k in rest]
             answers.update(zip(rest, self.ranker.rerank(sets, mentions, ctx, self.searcher.top_k)))
-        matches = list(answers.values())
+        if cacheable:
+            for key in unique:
+                self._cache[key] = answers[key]
+            while len(self._cache) > self.cache_size:
+                self._cache.popitem(last=False)
+        matches = [_copy(answers[k]) for k in first]  # callers may change a Match; the cached one stays
         for match, prob in zip(matches, self.confidence([m.evidence for m in matches])):
             match.confidence = float(prob)
-        return [answers.get(k, Match(confidence=0.0)) for k in keys]
+        linked = dict(zip(first, matches))
+        return [linked.get(k, Match(confidence=0.0)) for k in keys]
+
+
+def _copy(match: Match) -> Match:
+    return Match(list(match.candidates), list(match.names), match.stage, dict(match.evidence), match.confidence)
