@@ -178,13 +178,18 @@ def _top_score(candidates: list | None) -> float | None:
     return round(float(candidates[0][1]), 4) if candidates else None
 
 
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(float(value), 4)
+
+
 def entity_record(ent: Span, offset: int = 0) -> dict:
     """One entity of the JSONL output. `score` is the best candidate's score (of ent._.kb_ents); for a composite,
-    the lowest of its parts' best scores, and `parts` gives each part (text, concept_id, score, name, stage)."""
+    the lowest of its parts' best scores; `confidence` is `ent._.kb_confidence`, the probability that the link is
+    right; `parts` gives each part (text, concept_id, score, confidence, name, stage)."""
     parts = ent._.kb_parts or []
     part_records = [
-        {"text": p["text"], "concept_id": p["kb_id"], "score": _top_score(p["candidates"]), "name": p["name"],
-         "stage": p["stage"]}
+        {"text": p["text"], "concept_id": p["kb_id"], "score": _top_score(p["candidates"]),
+         "confidence": _rounded(p.get("confidence")), "name": p["name"], "stage": p["stage"]}
         for p in parts
     ]  # fmt: skip
     scores = [p["score"] for p in part_records if p["score"] is not None]
@@ -195,6 +200,7 @@ def entity_record(ent: Span, offset: int = 0) -> dict:
         "label": ent.label_,
         "concept_id": ent.kb_id_ or None,
         "score": min(scores) if scores else None,
+        "confidence": _rounded(ent._.kb_confidence),
         "name": ent._.kb_name,
         "stage": ent._.kb_stage,
     }

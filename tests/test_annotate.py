@@ -102,6 +102,8 @@ def test_jsonl_to_jsonl(pipeline_dir, tmp_path, kb):
         ("ovarian cancer", "D010051"),
     ]
     assert composite["score"] == min(p["score"] for p in composite["parts"])
+    assert composite["confidence"] == min(p["confidence"] for p in composite["parts"])
+    assert all(0 <= e["confidence"] <= 1 for r in records for e in r["entities"])
     assert "parts" not in by_id["d1"]["entities"][0]
     assert by_id["d3"]["entities"] == [] and by_id["d4"]["entities"] == []  # empty text, no mention
     assert [e["text"] for e in by_id["d5"]["entities"]] == ["Hemochromatosis", "Mitral Valve Prolapse"]

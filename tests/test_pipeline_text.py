@@ -47,7 +47,12 @@ def test_composite_mentions_link_each_part_in_order(pipelines):
     ent = pipelines(doc_with_ents(pipelines, text, [("breast and ovarian cancer", "Disease")])).ents[0]
     assert list(ent._.composite_parts) == ["breast cancer", "ovarian cancer"]
     assert ent.kb_id_ == "D001943|D010051"
-    assert len(ent._.kb_ents) == 2 and ent._.kb_ents[0][0][0] == "D001943" and ent._.kb_ents[1][0][0] == "D010051"
+    # kb_ents keeps scispacy's shape, the parts' candidates merged; each part's own list is in kb_parts
+    assert all(isinstance(cid, str) and isinstance(score, float) for cid, score in ent._.kb_ents)
+    assert {"D001943", "D010051"} <= {cid for cid, _ in ent._.kb_ents}
+    scores = [score for _, score in ent._.kb_ents]
+    assert scores == sorted(scores, reverse=True)
+    assert [p["candidates"][0][0] for p in ent._.kb_parts] == ["D001943", "D010051"]
     assert ent._.kb_stage.count("|") == 1 and [p["text"] for p in ent._.kb_parts] == list(ent._.composite_parts)
 
 

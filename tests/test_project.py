@@ -27,9 +27,9 @@ from spacy_conceptnorm.encoder import packaged_model_path
 ROOT = Path(__file__).parent.parent
 CONFIGS = ROOT / "configs"
 FIXTURES = Path(__file__).parent / "fixtures"
-ALL = ["preprocess", "kb", "train", "train-ner", "assemble", "calibrate", "evaluate", "package"]
+ALL = ["preprocess", "kb", "train", "train-ner", "assemble", "train-ranker", "calibrate", "evaluate", "package"]
 # our CLI commands whose options are checked against the script lines
-CHECKED = {"preprocess", "build-kb", "train", "assemble", "calibrate", "evaluate"}
+CHECKED = {"preprocess", "build-kb", "train", "assemble", "train-ranker", "calibrate", "evaluate"}
 runner = CliRunner()
 
 
