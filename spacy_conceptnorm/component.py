@@ -225,6 +225,7 @@ class ConceptNormalizer(Pipe):
 
     def set_strategy(self, strategy: str, threshold: float | None = None) -> None:
         """Change the sieve (and its threshold) of a ready component; no re-encoding is needed."""
+        self._require_searcher()
         self.searcher.strategy = strategy
         self.cfg["strategy"] = strategy
         if threshold is not None:
@@ -243,6 +244,7 @@ class ConceptNormalizer(Pipe):
 
     def remove_synonyms(self, pairs: Iterable[tuple[str, str | None]]) -> None:
         """Remove domain synonyms at once. A concept id of None removes the text for every concept."""
+        self._require_searcher()
         pairs = [p if isinstance(p, (tuple, list)) else (p, None) for p in pairs]
         self.searcher.remove_names(self.kb.remove_names(pairs, DOMAIN), DOMAIN)
         self.linker.changed()
@@ -263,10 +265,21 @@ class ConceptNormalizer(Pipe):
     def __call__(self, doc: Doc) -> Doc:
         return next(self.pipe([doc]))
 
+    def _require_searcher(self) -> SieveSearcher:
+        if self.searcher is None:
+            raise ConceptNormError(Errors.E301.format(name=self.name))
+        return self.searcher
+
     def pipe(self, stream: Iterable[Doc], *, batch_size: int | None = None) -> Iterator[Doc]:
+        """Link the docs in batches; an error in a batch goes to the pipeline's error handler
+        (`nlp.set_error_handler`), which raises by default, as in spaCy's own components."""
+        error_handler = self.get_error_handler()
         for docs in minibatch(stream, size=batch_size or self.cfg["batch_size"]):
-            self.set_annotations(docs, self.predict(docs))
-            yield from docs
+            try:
+                self.set_annotations(docs, self.predict(docs))
+                yield from docs
+            except Exception as e:
+                error_handler(self.name, self, docs, e)
 
     def _entities(self, doc: Doc) -> list[Span]:
         labels = self.cfg["labels"]
@@ -303,7 +316,7 @@ class ConceptNormalizer(Pipe):
         found = iter(zip(texts, self.linker.link(texts, contexts)))
         return [
             [
-                [max((next(found) for _ in part_q), key=lambda tm: tm[1].confidence) for part_q in ent_q]
+                [max((next(found) for _ in part_q), key=_preference) for part_q in ent_q]
                 for _, ent_q in doc_q
             ]
             for doc_q in layout
@@ -343,7 +356,7 @@ class ConceptNormalizer(Pipe):
                 make_consistent(doc, [e for e in doc.ents if e in linked], self.kb.normalizer, nil)
 
     def score(self, examples: Iterable[Example], **kwargs) -> dict[str, float]:
-        return self.scorer(examples, kb=self.searcher.kb if self.searcher else None, **kwargs)
+        return self.scorer(examples, kb=self._require_searcher().kb, **kwargs)
 
     # --- serialization ------------------------------------------------------------------------------------------
     def _saves_encoder(self) -> bool:
@@ -420,6 +433,13 @@ class ConceptNormalizer(Pipe):
         self.searcher = self._new_searcher(kb).from_disk(path / "searcher")
         self.linker = self._read_linker(path / "linker")
         return self
+
+
+def _preference(found: tuple[str, Match]) -> tuple[float, float]:
+    """Of a mention and its long form, the more confident answer; ties (an uncalibrated confidence is the top
+    score clipped to 1, and exact matches of both reach it) go to the higher raw score, as the sieve ranks."""
+    match = found[1]
+    return (match.confidence, match.score)
 
 
 def _context(ent: Span) -> str:

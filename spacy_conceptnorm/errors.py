@@ -32,7 +32,7 @@ class Errors:
     # component
     E301 = (
         "The concept_normalizer has no knowledge base. Call nlp.initialize() with "
-        "[initialize.components.{name}.kb] set, or normalizer.set_kb(kb) first."
+        "[initialize.components.{name}.kb] set, or normalizer.initialize(nlp=nlp, kb=kb) first."
     )
     E302 = (
         "Saved concept_normalizer data in {path} do not match: {detail}. "

@@ -137,11 +137,12 @@ class KnowledgeBase:
         RETURNS (Tuple[List[str], List[str]]): The normalized names that are new for this source, and the
             concept ids that were not found (those pairs are skipped).
         """
-        new, unknown = [], []
-        for pair in pairs:
+        pairs = list(pairs)
+        for pair in pairs:  # all checked before any is applied: a bad item changes nothing
             if not (isinstance(pair, (tuple, list)) and len(pair) == 2 and all(isinstance(x, str) for x in pair)):
                 raise ConceptNormError(Errors.E303.format(item=pair))
-            name, concept_id = pair
+        new, unknown = [], []
+        for name, concept_id in pairs:
             resolved = self.resolve(concept_id)
             if resolved is None:
                 unknown.append(concept_id)

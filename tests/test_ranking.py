@@ -223,3 +223,40 @@ def test_cache_answers_repeats_and_forgets_on_change(train_docs, kb):
     normalizer.set_strategy("OD-T")  # another sieve: nothing cached applies
     linker.link(["breast cancer"])
     assert linker.cache_hits == hits
+
+
+def test_methods_before_initialize_raise_the_package_error():
+    normalizer = spacy.blank("en").add_pipe("concept_normalizer")
+    for call in (
+        lambda: normalizer.set_strategy("OD-T"),
+        lambda: normalizer.remove_synonyms([("a", "D1")]),
+        lambda: normalizer.add_synonyms([("a", "D1")]),
+        lambda: normalizer.score([]),
+    ):
+        with pytest.raises(ConceptNormError, match=r"initialize\(nlp=nlp, kb=kb\)"):
+            call()
+
+
+def test_pipe_hands_errors_to_the_pipelines_error_handler(train_docs, kb):
+    nlp, normalizer = linker_pipeline(train_docs, kb)
+    seen = []
+    nlp.set_error_handler(lambda name, comp, docs, e: seen.append((name, len(docs), type(e).__name__)))
+    doc = nlp.make_doc("A colorectal tumour.")
+    doc.ents = [Span(doc, 1, 3, "Disease")]
+    original = normalizer.linker.link
+    normalizer.linker.link = lambda *a, **k: (_ for _ in ()).throw(RuntimeError("boom"))
+    try:
+        assert list(normalizer.pipe([doc])) == []  # the failed batch is handed over, not yielded
+    finally:
+        normalizer.linker.link = original
+    assert seen == [("concept_normalizer", 1, "RuntimeError")]
+
+
+def test_a_bad_synonym_changes_nothing(train_docs, kb, tmp_path):
+    nlp, normalizer = linker_pipeline(train_docs, kb)
+    names = sorted(normalizer.kb.names())
+    with pytest.raises(ConceptNormError, match="pairs"):
+        normalizer.add_synonyms([("a brand new text", "D001943"), None])
+    assert sorted(normalizer.kb.names()) == names
+    nlp.to_disk(tmp_path / "p")  # still saves a pipeline that loads
+    assert sorted(spacy.load(tmp_path / "p").get_pipe("concept_normalizer").kb.names()) == names
