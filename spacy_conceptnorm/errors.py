@@ -43,6 +43,7 @@ class Errors:
     E311 = "The ranker's {key} must be a positive integer, got {value!r}."
     E312 = "No training mention has its gold concept among its candidates: the ranker cannot be trained."
     E313 = "The confidence model needs right and wrong links to fit, got {right} right and {wrong} wrong."
+    E315 = "Ranker scorer {name!r} must be a PairScorer (e.g. spacy_conceptnorm.cnn_ranker.v1), got {found}."
     E314 = "The concept_normalizer has no ranker to train: set [components.concept_normalizer.ranker] in its config."
     # abbreviations
     E401 = "Unknown abbreviation detector {detector!r}; choose one of {choices}."

@@ -1,10 +1,13 @@
 """The second stage: lexical candidates, the listwise ranker, calibrated confidence, document consistency."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import spacy
 from spacy.tokens import Span
 from spacy.training import Example
+from spacy.util import registry
 
 from spacy_conceptnorm.consistency import initials, make_consistent
 from spacy_conceptnorm.errors import ConceptNormError
@@ -12,6 +15,7 @@ from spacy_conceptnorm.kb import load_kb
 from spacy_conceptnorm.ranking.candidates import FEATURES, CandidateGenerator
 from spacy_conceptnorm.ranking.confidence import Confidence, expected_calibration_error, reliability
 from spacy_conceptnorm.ranking.lexical import LexicalIndex
+from spacy_conceptnorm.ranking.pair_scorer import FitReport, PairScorer
 from spacy_conceptnorm.ranking.ranker import Ranker, fit_conditional_logit
 from spacy_conceptnorm.search import SieveSearcher
 from spacy_conceptnorm.training.ranker import ranking_examples, recall_at, train_ranker
@@ -125,6 +129,8 @@ def test_ranker_rejects_bad_settings():
         Ranker("gbdt")
     with pytest.raises(ConceptNormError, match="lexical_k"):
         Ranker(lexical_k=0)
+    with pytest.raises(ConceptNormError, match="PairScorer"):
+        Ranker(scorers={"cnn": "not a scorer"})
 
 
 def linker_pipeline(train_docs, kb):
@@ -260,3 +266,51 @@ def test_a_bad_synonym_changes_nothing(train_docs, kb, tmp_path):
     assert sorted(normalizer.kb.names()) == names
     nlp.to_disk(tmp_path / "p")  # still saves a pipeline that loads
     assert sorted(spacy.load(tmp_path / "p").get_pipe("concept_normalizer").kb.names()) == names
+
+
+class ShareOfLetters(PairScorer):
+    """A test pair scorer: the share of the mention's letters found in the name, times a fitted factor."""
+
+    name = "letters"
+
+    def __init__(self):
+        self.factor = 1.0
+
+    def fit(self, groups, dev=None, *, seed=0, log=print):
+        self.factor = 2.0
+        return FitReport(0.0, 1)
+
+    def score(self, mentions, names, contexts=None):
+        return [
+            np.array([self.factor * len(set(m.lower()) & set(n.lower())) / max(1, len(set(m))) for n in ns])
+            for m, ns in zip(mentions, names)
+        ]
+
+    def to_disk(self, path):
+        Path(path).mkdir(parents=True, exist_ok=True)
+        (Path(path) / "factor.txt").write_text(str(self.factor))
+
+    def from_disk(self, path):
+        self.factor = float((Path(path) / "factor.txt").read_text())
+        return self
+
+
+@registry.misc("test.share_of_letters.v1")
+def make_share_of_letters() -> PairScorer:
+    return ShareOfLetters()
+
+
+def test_pair_scorer_column_is_trained_saved_and_loaded(train_docs, test_docs, kb, tmp_path):
+    nlp = spacy.blank("en")
+    ranker = {"@misc": "spacy_conceptnorm.ranker.v1", "scorers": {"letters": {"@misc": "test.share_of_letters.v1"}}}
+    normalizer = nlp.add_pipe("concept_normalizer", config={"ranker": ranker})
+    normalizer.encoder = TrigramEncoder()
+    normalizer.initialize(lambda: [Example(d, d) for d in train_docs], nlp=nlp, kb=kb)
+    report = train_ranker(nlp, train_docs, test_docs, folds=3, log=lambda _: None)
+    assert list(report["fit"]["coef"]) == ["dense", "tfidf", "count_prior", "letters"]
+    assert normalizer.ranker.scorers["letters"].factor == 2.0
+    nlp.to_disk(tmp_path / "p")
+    assert (tmp_path / "p" / "concept_normalizer" / "linker" / "scorers" / "letters" / "factor.txt").exists()
+    loaded = spacy.load(tmp_path / "p").get_pipe("concept_normalizer")
+    assert loaded.ranker.scorers["letters"].factor == 2.0
+    assert np.allclose(loaded.ranker.weights["coef"], normalizer.ranker.weights["coef"])

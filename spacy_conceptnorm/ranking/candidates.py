@@ -44,7 +44,7 @@ class CandidateSet:
 
     key (str): The normalized query text.
     concept_ids (List[str]): Candidate concepts; the sieve's order first, then lexical finds.
-    names (List[str]): Per candidate, its normalized name nearest to the query (dense, then TF-IDF).
+    names (List[str]): Per candidate, its name nearest to the query (dense), as the ontology writes it.
     features (np.ndarray): (len(concept_ids), len(FEATURES)) float32.
     sieve (Match): The sieve's answer for the query.
     """
@@ -183,5 +183,6 @@ class CandidateGenerator:
         # each candidate's name nearest to the query (dense): the text pair scorers compare
         nearest = [int(np.argmax(dense[s : s + n])) if n else -1 for s, n in zip(starts, sizes)]
         row_names = self.searcher.row_names
-        names = [row_names[rows[s + j]] if j >= 0 else "" for s, j in zip(starts, nearest)]
+        surface = self.searcher.kb.surface
+        names = [surface(row_names[rows[s + j]]) if j >= 0 else "" for s, j in zip(starts, nearest)]
         return CandidateSet(key, order, names, feats, match)

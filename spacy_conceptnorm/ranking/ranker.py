@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any, Dict, Optional  # noqa: UP035
 
 import numpy as np
 from spacy.util import registry
@@ -56,6 +57,9 @@ class Ranker:
         for key, value in (("dense_k", dense_k), ("lexical_k", lexical_k)):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ConceptNormError(Errors.E311.format(key=key, value=value))
+        for name, scorer in (scorers or {}).items():
+            if not isinstance(scorer, PairScorer):
+                raise ConceptNormError(Errors.E315.format(name=name, found=type(scorer).__name__))
         self.model = model
         self.scorers = dict(scorers or {})
         self.fast_path = fast_path
@@ -135,14 +139,11 @@ class Ranker:
                 order = sorted(range(len(probs)), key=lambda j: (-round(float(probs[j]), 6), j))[:top_k]
                 match = Match(
                     [(s.concept_ids[j], float(probs[j])) for j in order],
-                    [self._surface(s.names[j]) for j in order],
+                    [s.names[j] for j in order],
                     s.sieve.stage,
                 )
                 out[i] = _evidence(match, s, probs[order])
         return out
-
-    def _surface(self, name: str) -> str:
-        return name
 
     # --- serialization -------------------------------------------------------------------------------------------
     def cfg(self) -> dict:
@@ -239,7 +240,9 @@ def fit_conditional_logit(mats: Sequence[np.ndarray], right: Sequence[np.ndarray
 @registry.misc("spacy_conceptnorm.ranker.v1")
 def make_ranker(
     model: str = "hybrid_prior",
-    scorers: dict[str, PairScorer] | None = None,
+    # Optional[Dict[str, Any]]: confection resolves the scorers' sub-sections under it, not under a dict of a
+    # class or `dict | None`; Ranker checks that each is a PairScorer
+    scorers: Optional[Dict[str, Any]] = None,  # noqa: UP006, UP045
     fast_path: bool = True,
     dense_k: int = 20,
     lexical_k: int = 10,

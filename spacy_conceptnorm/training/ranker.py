@@ -40,7 +40,7 @@ class RankingExample:
     context: str
 
     def group(self, kb) -> RankingGroup:
-        names = [kb.surface(n) for n in self.candidates.names]
+        names = list(self.candidates.names)
         labels = [int(c in self.gold) for c in self.candidates.concept_ids]
         return RankingGroup(self.mention, names, labels, self.context)
 
