@@ -28,7 +28,7 @@ cached by text, since the same knowledge base names recur across mentions.
 
 from __future__ import annotations
 
-import copy
+import functools
 import json
 import random
 import time
@@ -51,6 +51,7 @@ CONFIG_FILE = "cfg.json"
 WEIGHTS_FILE = "weights.safetensors"
 FORMAT = "spacy_conceptnorm.cnn_ranker"
 VERSION = 1
+BLOCK = 128  # rows per matrix product, see `_linear`
 
 # Messages of this module; proposed for errors.py as E720-E722.
 MESSAGES = {
@@ -68,14 +69,23 @@ class TripletCNN(nn.Module):
     kernel_sizes (List[int]): The convolutions' widths in tokens.
     dim (int): Width of the output vector.
     fine_tune (bool): Train the embeddings too.
+    normalize (bool): Scale the output vectors to unit length.
     """
 
     def __init__(
-        self, embeddings: torch.Tensor, filters: int, kernel_sizes: Sequence[int], dim: int, fine_tune: bool
+        self,
+        embeddings: torch.Tensor,
+        filters: int,
+        kernel_sizes: Sequence[int],
+        dim: int,
+        fine_tune: bool,
+        normalize: bool,
     ) -> None:
         super().__init__()
         self.kernel_sizes = list(kernel_sizes)
-        self.embeddings = nn.Embedding.from_pretrained(embeddings.detach().float().clone(), freeze=not fine_tune)
+        self.normalize = normalize
+        weight = embeddings.detach().float().clone()
+        self.embeddings = nn.Embedding.from_pretrained(weight, freeze=not fine_tune, sparse=True)
         width = embeddings.shape[1]
         self.convs = nn.ModuleList(nn.Conv1d(width, filters, k) for k in self.kernel_sizes)
         self.projection = nn.Linear(filters * len(self.kernel_sizes), dim)
@@ -83,20 +93,39 @@ class TripletCNN(nn.Module):
     def forward(self, ids: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         """ids (torch.Tensor): (batch x tokens) token ids, right-padded; lengths (torch.Tensor): tokens per row
         (at least 1). Returns (batch x dim) vectors."""
-        steps = torch.arange(ids.shape[1], device=ids.device)
-        x = self.embeddings(ids) * (steps[None, :] < lengths[:, None]).unsqueeze(-1)  # padding -> zero vectors
-        pooled = []
+        steps = torch.arange(ids.shape[1] + max(self.kernel_sizes) - 1, device=ids.device)
+        x = self.embeddings(ids) * (steps[None, : ids.shape[1]] < lengths[:, None]).unsqueeze(-1)  # padding -> 0
+        pooled, width = [], x.shape[2]
         for conv, k in zip(self.convs, self.kernel_sizes):
-            # every window overlapping the text: zero-pad k - 1 positions on both sides ("full" convolution)
-            windows = F.pad(x, (0, 0, k - 1, k - 1)).unfold(1, k, 1)  # batch x (tokens + k - 1) x width x k
-            h = F.relu(F.linear(windows.flatten(2), conv.weight.flatten(1), conv.bias))
-            valid = torch.arange(h.shape[1], device=ids.device)[None, :] < (lengths + k - 1)[:, None]
-            pooled.append(h.masked_fill(~valid.unsqueeze(-1), float("-inf")).amax(dim=1))
-        return self.projection(torch.cat(pooled, dim=1))
+            # Every window that overlaps the text, as if the text alone were zero-padded by k - 1 on both sides
+            # (a "full" convolution); windows of padding only are left out, so padding never reaches the max-pool.
+            valid = steps[None, : ids.shape[1] + k - 1] < (lengths + k - 1)[:, None]
+            # window t = the k token vectors from t on, side by side: a view of the padded rows, then the valid ones
+            windows = F.pad(x, (0, 0, k - 1, k - 1)).flatten(1).unfold(1, k * width, width)[valid]
+            weight = conv.weight.transpose(1, 2).flatten(1)  # (filters x width x k) -> (filters x k * width)
+            h = F.relu(_linear(windows, weight, conv.bias))
+            text = valid.nonzero()[:, 0]  # the text each window belongs to
+            # max-pool per text; starting from 0 is the same as the maximum, since h >= 0 after the ReLU
+            pooled.append(h.new_zeros(len(ids), h.shape[1]).scatter_reduce(0, text[:, None].expand_as(h), h, "amax"))
+        vectors = _linear(torch.cat(pooled, dim=1), self.projection.weight, self.projection.bias)
+        return F.normalize(vectors, dim=1) if self.normalize else vectors
 
 
+def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """F.linear computed in products of exactly BLOCK rows (the last one padded with zero rows): BLAS picks kernels
+    and splits work between threads by the matrix shape, so a row's result (its summation order) would otherwise
+    depend on how many other rows share the product, and a text's vector on the batch it was embedded in."""
+    rows = x.reshape(-1, x.shape[-1])
+    blocks = list(rows.split(BLOCK))
+    blocks[-1] = F.pad(blocks[-1], (0, 0, 0, BLOCK - len(blocks[-1])))
+    out = torch.cat([F.linear(block, weight, bias) for block in blocks])[: len(rows)]
+    return out.reshape(*x.shape[:-1], weight.shape[0])
+
+
+@functools.lru_cache(maxsize=2)
 def load_embeddings(model: str | None) -> tuple[object, torch.Tensor]:
-    """The tokenizer and input embedding matrix of a transformers model (None: the packaged all-MiniLM-L6-v2)."""
+    """The tokenizer and input embedding matrix of a transformers model (None: the packaged all-MiniLM-L6-v2).
+    Cached: rankers of one process share them (read only: each network copies the matrix)."""
     from transformers import AutoModel, AutoTokenizer
 
     if model is None or model == PACKAGED_MODEL:
@@ -131,7 +160,9 @@ class CNNRanker(PairScorer):
     batch_size (int): Groups per training step.
     lr (float): Adam's learning rate.
     negatives (int): Wrong names drawn per group and epoch (each makes one triplet).
-    fine_tune (bool): Train the embedding matrix too (slower, and measured worse: see the module docstring).
+    fine_tune (bool): Train the embedding matrix too (slower, and no better: see the module docstring).
+    normalize (bool): Scale text vectors to unit length (distances in [0, 2]; measured better, see the module
+        docstring).
     max_length (int): Sub-word tokens per text; longer texts are truncated.
     cache_size (int): Text vectors kept between `score` calls.
 
@@ -152,10 +183,11 @@ class CNNRanker(PairScorer):
         lr: float = 1e-3,
         negatives: int = 8,
         fine_tune: bool = False,
+        normalize: bool = True,
         max_length: int = 32,
         cache_size: int = 100_000,
     ) -> None:
-                for key, value in (("filters", filters), ("dim", dim), ("epochs", epochs), ("batch_size", batch_size)):
+        for key, value in (("filters", filters), ("dim", dim), ("epochs", epochs), ("batch_size", batch_size)):
             _check_positive(key, value)
         for key, value in (("negatives", negatives), ("max_length", max_length), ("cache_size", cache_size)):
             _check_positive(key, value)
@@ -172,6 +204,7 @@ class CNNRanker(PairScorer):
         self.lr = float(lr)
         self.negatives = negatives
         self.fine_tune = bool(fine_tune)
+        self.normalize = bool(normalize)
         self.max_length = max_length
         self.cache_size = cache_size
         self._tokenizer = None
@@ -182,7 +215,7 @@ class CNNRanker(PairScorer):
     # --- the network ----------------------------------------------------------------------------------------------
     def config(self) -> dict:
         keys = ("model", "filters", "kernel_sizes", "dim", "margin", "epochs", "batch_size", "lr", "negatives")
-        return {key: getattr(self, key) for key in (*keys, "fine_tune", "max_length", "cache_size")}
+        return {key: getattr(self, key) for key in (*keys, "fine_tune", "normalize", "max_length", "cache_size")}
 
     @property
     def network(self) -> TripletCNN:
@@ -196,12 +229,14 @@ class CNNRanker(PairScorer):
             self._tokenizer, self._base_embeddings = load_embeddings(self.model)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            network = TripletCNN(self._base_embeddings, self.filters, self.kernel_sizes, self.dim, self.fine_tune)
+            network = TripletCNN(
+                self._base_embeddings, self.filters, self.kernel_sizes, self.dim, self.fine_tune, self.normalize
+            )
         self._network = network.eval()
         self._cache.clear()
 
     def _tokenize(self, texts: Sequence[str]) -> list[list[int]]:
-        if self._tokenizer is None:
+        if self._network is None:
             self._initialize(seed=0)  # loads the tokenizer with the embeddings
         ids = self._tokenizer(
             [t.lower() for t in texts], add_special_tokens=False, truncation=True, max_length=self.max_length
@@ -268,7 +303,10 @@ class CNNRanker(PairScorer):
         usable = [g for g in groups if any(g.labels) and not all(g.labels)]
         self._initialize(seed)
         network = self.network
-        optimizer = torch.optim.Adam([p for p in network.parameters() if p.requires_grad], lr=self.lr)
+        dense = [p for p in network.parameters() if p is not network.embeddings.weight]
+        optimizers = [torch.optim.Adam(dense, lr=self.lr)]
+        if self.fine_tune:  # only the rows of the batch's tokens get a gradient and an update
+            optimizers.append(torch.optim.SparseAdam([network.embeddings.weight], lr=self.lr))
         history: list[dict] = []
         best_accuracy, best_state = -1.0, None
         for epoch in range(1, self.epochs + 1):
@@ -278,10 +316,12 @@ class CNNRanker(PairScorer):
             total, steps = 0.0, 0
             for batch_start in range(0, len(usable), self.batch_size):
                 loss = self._triplet_loss(usable[batch_start : batch_start + self.batch_size], rng)
-                optimizer.zero_grad()
+                for optimizer in optimizers:
+                    optimizer.zero_grad()
                 loss.backward()
-                optimizer.step()
-                total += float(loss)
+                for optimizer in optimizers:
+                    optimizer.step()
+                total += loss.item()
                 steps += 1
             network.eval()
             self._cache.clear()
@@ -291,15 +331,20 @@ class CNNRanker(PairScorer):
                 self._cache.clear()
                 if record["dev_accuracy"] > best_accuracy:
                     best_accuracy = record["dev_accuracy"]
-                    best_state = copy.deepcopy(network.state_dict())
+                    best_state = self._trainable_state()
             record["seconds"] = time.perf_counter() - epoch_start
             history.append(record)
             dev_text = f", dev rerank accuracy {record['dev_accuracy']:.4f}" if dev is not None else ""
             log(f"cnn epoch {epoch}/{self.epochs}: loss {record['loss']:.4f}{dev_text} ({record['seconds']:.1f}s)")
         if best_state is not None:
-            network.load_state_dict(best_state)
+            network.load_state_dict(best_state, strict=False)
             self._cache.clear()
         return FitReport(seconds=time.perf_counter() - start_time, epochs=self.epochs, history=history)
+
+    def _trainable_state(self) -> dict[str, torch.Tensor]:
+        """A copy of the network's weights, without the embedding matrix when it is frozen."""
+        state = self.network.state_dict()
+        return {k: v.detach().clone() for k, v in state.items() if self.fine_tune or k != "embeddings.weight"}
 
     def _triplet_loss(self, groups: Sequence[RankingGroup], rng: random.Random) -> torch.Tensor:
         """Mean triplet margin loss over the groups' triplets; each distinct text is embedded once."""
@@ -330,9 +375,9 @@ class CNNRanker(PairScorer):
 
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
-        state = {k: v.detach().clone().contiguous() for k, v in self.network.state_dict().items()}
-        embeddings = state.pop("embeddings.weight")
+        state = {k: v.contiguous() for k, v in self._trainable_state().items()}
         if self.fine_tune:
+            embeddings = state.pop("embeddings.weight")
             rows = (embeddings != self._base_embeddings).any(dim=1).nonzero().flatten()
             state["embeddings.rows"] = rows
             state["embeddings.values"] = embeddings[rows].contiguous()
@@ -358,9 +403,9 @@ class CNNRanker(PairScorer):
             settings = CNNRanker(**config).config()  # checks the values
         except TypeError as e:
             raise ConceptNormError(Errors.E004.format(path=path / CONFIG_FILE, detail=e)) from None
-        if settings["model"] != self.model:
-            self._tokenizer, self._base_embeddings = None, None
-        self.__dict__.update(settings)
+        self._tokenizer, self._base_embeddings = None, None
+        for key, value in settings.items():
+            setattr(self, key, value)
         self._initialize(seed=0)
         network = self.network
         embeddings = network.embeddings.weight.detach().clone()
@@ -405,6 +450,7 @@ def make_cnn_ranker(
     lr: float = 1e-3,
     negatives: int = 8,
     fine_tune: bool = False,
+    normalize: bool = True,
 ) -> CNNRanker:
     """A config's CNN pair scorer: `@misc = "spacy_conceptnorm.cnn_ranker.v1"` (see `CNNRanker`)."""
-    return CNNRanker(model, filters, kernel_sizes, dim, margin, epochs, batch_size, lr, negatives, fine_tune)
+    return CNNRanker(model, filters, kernel_sizes, dim, margin, epochs, batch_size, lr, negatives, fine_tune, normalize)
