@@ -16,7 +16,7 @@ import torch
 from spacy.util import registry
 
 from spacy_conceptnorm.errors import ConceptNormError
-from spacy_conceptnorm.ranking.cnn import CONFIG_FILE, WEIGHTS_FILE, CNNRanker
+from spacy_conceptnorm.ranking.cnn import CONFIG_FILE, WEIGHTS_FILE, CNNRanker, pick_negatives
 from spacy_conceptnorm.ranking.pair_scorer import RankingGroup, rerank_accuracy
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -194,3 +194,15 @@ def test_factory_and_settings():
             CNNRanker(**bad)
     with pytest.raises(ConceptNormError, match="no-such-model"):
         CNNRanker(model=str(Path(__file__).parent / "no-such-model")).score(["a"], [["b"]])
+
+
+def test_mining_takes_the_closest_wrong_names_first():
+    wrong = ["w0", "w1", "w2", "w3", "w4", "w5"]  # closest to the mention first
+    for seed in range(20):
+        chosen = pick_negatives(wrong, 4, 2, random.Random(seed))
+        assert chosen[:2] == ["w0", "w1"] and len(chosen) == 4 and len(set(chosen)) == 4
+        assert set(chosen[2:]) <= {"w2", "w3", "w4", "w5"}
+    drawn = {name for seed in range(20) for name in pick_negatives(wrong, 3, 0, random.Random(seed))}
+    assert "w0" in drawn and "w5" in drawn  # without mining, any wrong name can be drawn
+    assert sorted(pick_negatives(["a", "b"], 5, 2, random.Random(0))) == ["a", "b"]  # fewer wrong names than asked
+    assert pick_negatives(["a", "b", "c"], 5, 4, random.Random(0)) == ["a", "b", "c"]
