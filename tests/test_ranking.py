@@ -5,6 +5,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import spacy
+from scipy import sparse
 from spacy.tokens import Span
 from spacy.training import Example
 from spacy.util import registry
@@ -14,7 +15,7 @@ from spacy_conceptnorm.errors import ConceptNormError
 from spacy_conceptnorm.kb import load_kb
 from spacy_conceptnorm.ranking.candidates import FEATURES, CandidateGenerator
 from spacy_conceptnorm.ranking.confidence import Confidence, expected_calibration_error, reliability
-from spacy_conceptnorm.ranking.lexical import LexicalIndex
+from spacy_conceptnorm.ranking.lexical import LexicalIndex, row_top, row_values
 from spacy_conceptnorm.ranking.pair_scorer import FitReport, PairScorer
 from spacy_conceptnorm.ranking.ranker import Ranker, fit_conditional_logit
 from spacy_conceptnorm.search import SieveSearcher
@@ -38,13 +39,26 @@ def test_lexical_scores_by_hand():
     assert s["jaccard"][1, 4] == 0.0
 
 
+def test_sparse_and_dense_rows_read_alike():
+    dense = np.array([[0.0, 0.5, 0.0, 0.9, 0.5], [0.0, 0.0, 0.0, 0.0, 0.0]], dtype=np.float32)
+    matrix = sparse.csr_matrix(dense)
+    for m in (dense, matrix):
+        assert row_top(m, 0, 2).tolist() == [3, 1]  # 0.9, then the tie 0.5/0.5 goes to the lower column
+        assert row_top(m, 0, 10).tolist() == [3, 1, 4]  # zeros are never candidates
+        assert row_top(m, 1, 3).tolist() == []
+        assert row_values(m, 0, np.array([4, 0, 3, 3])).tolist() == [0.5, 0.0, pytest.approx(0.9), pytest.approx(0.9)]
+        assert row_values(m, 1, np.array([2, 1])).tolist() == [0.0, 0.0]
+
+
 def test_lexical_index_round_trip_and_added_rows():
     index = LexicalIndex().fit(NAMES[:3])
     index.add(["colon cancer", None])
     assert len(index) == 5
     copy = LexicalIndex().from_bytes(index.to_bytes())
     for key, matrix in index.scores(["colon cancers"]).items():
-        assert np.array_equal(matrix, copy.scores(["colon cancers"])[key]), key
+        dense = matrix.toarray() if hasattr(matrix, "toarray") else matrix
+        other = copy.scores(["colon cancers"])[key]
+        assert np.array_equal(dense, other.toarray() if hasattr(other, "toarray") else other), key
     assert index.scores(["colon cancer"])["jaccard"][0, 3] == pytest.approx(1.0)
     assert index.scores(["colon cancer"])["jaccard"][0, 4] == 0.0  # a freed row matches nothing
 

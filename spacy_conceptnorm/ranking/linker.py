@@ -34,6 +34,11 @@ class Linker:
         if self.generator is not None:
             self.generator.counts = ranker.counts
 
+    @property
+    def needs_context(self) -> bool:
+        """Whether `link` reads the mentions' contexts (only pair scorers do)."""
+        return self.ranker is not None and bool(self.ranker.scorers)
+
     def build(self) -> None:
         if self.generator is not None:
             self.generator.build()
