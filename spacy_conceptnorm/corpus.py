@@ -1,12 +1,15 @@
 """Annotated corpora: PubTator files (NCBI-disease, BC5CDR) to spaCy Docs with gold entities and concept ids.
 
-PubTator is read with the `bioc` package. Each mention becomes an entity whose `kb_id_` is the gold concept id
-as written (composites keep their `|`); offsets are checked against the text so a corrupt file fails loudly.
+PubTator blocks are read into, and written from, the `bioc` package's data model (one reader and one writer,
+also used by the `annotate` command). Each mention becomes an entity whose `kb_id_` is the gold concept id as
+written (composites keep their `|`); offsets are checked against the text so a corrupt file fails loudly.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+import re
+from collections.abc import Callable, Iterable, Iterator
+from itertools import chain
 from pathlib import Path
 
 import spacy
@@ -18,24 +21,96 @@ from spacy.util import filter_spans, registry
 from .errors import ConceptNormError, Errors
 from .util import read_lines
 
+PUBTATOR_TEXT_LINE = re.compile(r"([^|\t]+)\|([ta])\|(.*)")  # PMID|t|title or PMID|a|abstract
+
+
+def parse_pubtator(
+    lines: Iterable[tuple[int, str | None]], report: Callable[[int, str], None]
+) -> Iterator[tuple[int, pubtator.PubTator]]:
+    """(first line number, document) of each blank-line-separated PubTator block, in `bioc`'s data model.
+
+    Lines are kept as written: bioc's own reader strips them, which moves every abstract offset after a title
+    that ends in a space, and reads an annotation with an empty concept id as a relation. A block with a line
+    that does not fit is reported once, `report(line number, problem)`, and skipped; a line given as None (not
+    decodable, reported by the caller) skips its block too.
+    """
+    doc, first, bad = pubtator.PubTator(), None, False
+    for lineno, line in chain(lines, [(0, "")]):  # the sentinel ends the last block
+        if line is not None and not line.strip():
+            if first is not None and not bad:
+                if doc.title is None:
+                    report(first, "no 'PMID|t|title' line")
+                else:
+                    yield first, doc
+            doc, first, bad = pubtator.PubTator(), None, False
+            continue
+        first = first or lineno
+        if bad or line is None:  # one report per block
+            bad = True
+            continue
+        problem = _add_pubtator_line(doc, line)
+        if problem:
+            report(lineno, problem)
+            bad = True
+
+
+def _add_pubtator_line(doc: pubtator.PubTator, line: str) -> str | None:
+    """Add a title, abstract, annotation or relation line to `doc`; the problem when the line does not fit."""
+    match = PUBTATOR_TEXT_LINE.fullmatch(line)
+    if match:
+        pmid, kind, text = match.groups()
+        part = "title" if kind == "t" else "abstract"
+        if doc.pmid not in (None, pmid):
+            return f"PMID {pmid} inside the block of PMID {doc.pmid} (is a blank line missing?)"
+        if getattr(doc, part) is not None:
+            return f"a second '|{kind}|' line"
+        doc.pmid = pmid
+        setattr(doc, part, text)
+        return None
+    if doc.title is None:
+        return "expected a 'PMID|t|title' line"
+    if not line.startswith(doc.pmid + "\t"):
+        return f"expected a tab-separated annotation line of PMID {doc.pmid}"
+    columns = line.rstrip(" ").split("\t")
+    if len(columns) in (4, 5):
+        doc.add_relation(pubtator.PubTatorRel(*columns))
+        return None
+    try:
+        doc.add_annotation(pubtator.loads_ann(columns))
+    except ValueError as e:
+        return f"unreadable annotation line ({e})"
+    return None
+
 
 def read_pubtator(path: str | Path) -> Iterator[pubtator.PubTator]:
     """PubTator documents of a file; each annotation's text is checked against the document text."""
     path = Path(path)
-    lines = (line for _, line in read_lines(path))
-    try:
-        for doc in pubtator.iterparse(lines):
-            text = doc.text
-            for ann in doc.annotations:
-                if text[ann.start : ann.end].strip() != ann.text.strip():
-                    raise ConceptNormError(
-                        Errors.E601.format(path=path, pmid=doc.pmid, start=ann.start, end=ann.end, text=ann.text)
-                    )
-            yield doc
-    except ValueError as e:
-        if isinstance(e, ConceptNormError):
-            raise
-        raise ConceptNormError(Errors.E602.format(path=path, detail=e)) from None
+
+    def fail(lineno: int, problem: str) -> None:
+        raise ConceptNormError(Errors.E602.format(path=f"{path}:{lineno}", detail=problem))
+
+    for _, doc in parse_pubtator(read_lines(path), fail):
+        text = doc.text
+        for ann in doc.annotations:
+            if text[ann.start : ann.end].strip() != ann.text.strip():
+                raise ConceptNormError(
+                    Errors.E601.format(path=path, pmid=doc.pmid, start=ann.start, end=ann.end, text=ann.text)
+                )
+        yield doc
+
+
+def pubtator_block(doc: pubtator.PubTator) -> str:
+    """A document as a PubTator block: its title and abstract lines (line breaks and tabs written as spaces, so
+    offsets hold), a `PMID\\tstart\\tend\\ttext\\ttype\\tid` line per annotation, and a blank line. Unlike
+    bioc's writer, the abstract line is written even when empty and annotation lines end without a tab."""
+    lines = [f"{doc.pmid}|t|{_one_line(doc.title)}", f"{doc.pmid}|a|{_one_line(doc.abstract or '')}"]
+    lines += [f"{doc.pmid}\t{a.start}\t{a.end}\t{_one_line(a.text)}\t{a.type}\t{a.id}" for a in doc.annotations]
+    return "\n".join(lines) + "\n\n"
+
+
+def _one_line(text: str) -> str:
+    """Line breaks and tabs as spaces: same length, so offsets hold."""
+    return text.replace("\r", " ").replace("\n", " ").replace("\t", " ")
 
 
 def pubtator_to_docs(nlp: Language, path: str | Path, label: str | None = "Disease") -> Iterator[Doc]:

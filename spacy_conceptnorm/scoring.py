@@ -25,6 +25,19 @@ def gold_ids(gold: str) -> list[str]:
     return [g.strip() for g in _GOLD_SEP.split(gold) if g.strip()]
 
 
+def concept_pairs(kb: KnowledgeBase, mentions: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Distinct (normalized mention, concept id) pairs of the single-concept (text, gold id) mentions whose id
+    is in the KB, in first-seen order."""
+    pairs = {}
+    for text, gold in mentions:
+        ids = gold_ids(gold)
+        cid = kb.resolve(ids[0]) if len(ids) == 1 else None
+        key = kb.normalizer(text)
+        if cid is not None and key:
+            pairs[(key, cid)] = None
+    return list(pairs)
+
+
 def is_correct(kb: KnowledgeBase | None, gold: str, parts: Sequence[Sequence[str]], k: int = 1) -> bool:
     """Whether predicted parts (each a candidate list of concept ids, best first) get a gold id string right."""
     predicted = {cid for candidates in parts for cid in list(candidates)[:k]}

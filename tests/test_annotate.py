@@ -13,7 +13,8 @@ from spacy.language import Language
 from spacy.util import registry
 from typer.testing import CliRunner
 
-from spacy_conceptnorm.annotate import annotate, read_done_ids, split_text
+from spacy_conceptnorm.annotate import annotate, pubtator_record, read_done_ids, split_text
+from spacy_conceptnorm.annotate import read_pubtator as read_pubtator_input
 from spacy_conceptnorm.cli import app
 from spacy_conceptnorm.corpus import read_pubtator
 from spacy_conceptnorm.errors import ConceptNormError
@@ -118,14 +119,15 @@ def test_pubtator_input_and_output(pipeline_dir, tmp_path, kb):
     gold = list(read_pubtator(source))
     annotate(pipeline_dir, source, tmp_path / "out.jsonl", include_text=True, progress=False)
     records = read_jsonl(tmp_path / "out.jsonl")
-    # the line as written (bioc strips it, which would move the abstract's offsets after a title ending in a space)
-    assert [(r["id"], r["text"].rstrip()) for r in records] == [(d.pmid, d.text) for d in gold]
+    # one PubTator reader: lines as written (bioc's own strips them, which would move the abstract's offsets
+    # after a title ending in a space)
+    assert [(r["id"], r["text"]) for r in records] == [(d.pmid, d.text) for d in gold]
     assert records[0]["text"].endswith("genes. ")
     assert sum(len(r["entities"]) for r in records) > 20
 
     annotate(pipeline_dir, source, tmp_path / "out.pubtator", progress=False)
     written = list(read_pubtator(tmp_path / "out.pubtator"))  # checks every offset against the text
-    assert [(d.pmid, d.text) for d in written] == [(d.pmid, d.text) for d in gold]  # bioc strips both
+    assert [(d.pmid, d.text) for d in written] == [(d.pmid, d.text) for d in gold]
     assert [[(a.start, a.end, a.text, a.id) for a in d.annotations] for d in written] == [
         [(e["start"], e["end"], e["text"], e["concept_id"]) for e in r["entities"]] for r in records
     ]
@@ -139,6 +141,26 @@ def test_pubtator_input_and_output(pipeline_dir, tmp_path, kb):
     assert docs[3].text == "Hemochromatosis\nwith Mitral Valve Prolapse."
     assert [(a.start, a.end) for a in docs[3].annotations] == [(0, 15), (21, 42)]
     assert read_done_ids(tmp_path / "docs.pubtator", "pubtator") == {i for i, _ in DOCS}
+
+
+def test_pubtator_is_read_and_written_by_the_corpus_module(tmp_path):
+    entity = {"start": 0, "end": 5, "text": "Title", "label": "Disease", "concept_id": None}
+    block = pubtator_record(7, "Title ends in a space \nAbstract.", [entity], include_text=False)
+    assert block == "7|t|Title ends in a space \n7|a|Abstract.\n7\t0\t5\tTitle\tDisease\t\n\n"
+    path = tmp_path / "one.pubtator"
+    path.write_text(block, encoding="utf-8")
+    (doc,) = read_pubtator(path)  # the gold reader: the title as written, the empty id an annotation
+    assert doc.text == "Title ends in a space \nAbstract." and [(a.start, a.end, a.id) for a in doc.annotations] == [
+        (0, 5, "")
+    ]
+    problems = []
+    assert list(read_pubtator_input(path, lambda *p: problems.append(p))) == [(1, "7", doc.text)] and not problems
+    path.write_text("1|t|Title.\n1\tzero\t5\tTitle\tDisease\tD1\n", encoding="utf-8")
+    with pytest.raises(ConceptNormError, match=r"one.pubtator:2: cannot parse PubTator \(unreadable annotation"):
+        list(read_pubtator(path))
+    assert list(read_pubtator_input(path, lambda *p: problems.append(p))) == []
+    assert problems == [(path, 2, "malformed PubTator block: unreadable annotation line (invalid literal for int() "
+                         "with base 10: 'zero')")]  # fmt: skip
 
 
 def test_txt_file_and_directory(pipeline_dir, tmp_path):
@@ -271,7 +293,7 @@ def test_malformed_lines_are_skipped_or_fail_with_strict(pipeline_dir, tmp_path)
         summary = annotate(pipeline_dir, source, out, progress=False)
     messages = [str(w.message) for w in caught]
     for line, problem in [(2, "invalid JSON"), (3, "no 'id'"), (4, "no 'text'"), (5, "not UTF-8"), (7, "duplicate")]:
-        assert any(m.startswith(f"{source}:{line}: {problem}") for m in messages), (line, messages)
+        assert any(m.startswith(f"[E801] {source}:{line}: {problem}") for m in messages), (line, messages)
     assert [r["id"] for r in read_jsonl(out)] == ["a", "e"]
     assert (summary.written, summary.malformed, summary.duplicates) == (2, 4, 1)
 
@@ -294,8 +316,8 @@ def test_malformed_pubtator_block_is_skipped(pipeline_dir, tmp_path):
     with pytest.warns(UserWarning) as caught:
         summary = annotate(pipeline_dir, source, tmp_path / "out.jsonl", progress=False)
     messages = [str(w.message) for w in caught]
-    assert any(m.startswith(f"{source}:6: malformed PubTator block") for m in messages), messages
-    assert any(m.startswith(f"{source}:10: malformed PubTator block: PMID 4") for m in messages), messages
+    assert any(m.startswith(f"[E801] {source}:6: malformed PubTator block") for m in messages), messages
+    assert any(m.startswith(f"[E801] {source}:10: malformed PubTator block: PMID 4") for m in messages), messages
     assert [r["id"] for r in read_jsonl(tmp_path / "out.jsonl")] == ["1", "5"]
     assert summary.malformed == 2
     with pytest.raises(ConceptNormError, match=r"in.pubtator:6: malformed PubTator block"):
@@ -344,4 +366,4 @@ def test_cli(pipeline_dir, tmp_path):
     args = ["annotate", str(pipeline_dir), str(source), str(tmp_path / "p.txt"), "--output-format", "pubtator"]
     result = runner.invoke(app, [*args, "--strict", "--batch-size", "2", "--n-process", "1"])
     assert result.exit_code == 1 and f"{source}:7: invalid JSON" in result.output
-    assert len(list(read_pubtator(tmp_path / "p.txt"))) == 5  # written before the failure (the empty doc is not read)
+    assert [d.pmid for d in read_pubtator(tmp_path / "p.txt")] == [i for i, _ in DOCS]  # written before the failure

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import spacy
+from spacy.scorer import PRFScore
 from spacy.util import filter_spans
 
 from ..corpus import read_pubtator
@@ -64,16 +65,14 @@ def score(documents, detector) -> dict[str, float]:
         judged += sum(pair[:2] in mention_spans for pair in found)
         exact += len(found & gold)
         short_found += sum(pair[:2] in gold_by_short for pair in found)
-    precision = exact / judged if judged else 0.0
-    recall = exact / gold_total if gold_total else 0.0
-    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    prf = PRFScore(tp=exact, fp=judged - exact, fn=gold_total - exact)
     return {
         "gold": gold_total,
         "detected": detected,
         "judged": judged,
-        "P": precision,
-        "R": recall,
-        "F1": f1,
+        "P": prf.precision,
+        "R": prf.recall,
+        "F1": prf.fscore,
         "short R": short_found / gold_total if gold_total else 0.0,
     }
 

@@ -22,6 +22,7 @@ import spacy
 import torch
 import typer
 from spacy.tokens import Doc
+from wasabi import MarkdownRenderer
 
 from ..corpus import mention_spans, pubtator_to_docs
 from ..evaluation.gold import link_gold_mentions, mention_accuracy, strip_links
@@ -142,14 +143,15 @@ def main(
         f"\nNCBI-disease {split}: {first['mentions']} gold mentions ({first['refined_mentions']} in the refined set);"
         f" encoder {normalizer.encoder.reference}"
     )
-    print("| strategy | Acc@1 | Acc@5 | refined Acc@1 | refined Acc@5 |\n|---|---|---|---|---|")
-    for strategy, r in rows.items():
-        print(f"| {strategy} | {100 * r['acc1']:.2f} | {100 * r['acc5']:.2f} | "
-              f"{100 * r['refined_acc1']:.2f} | {100 * r['refined_acc5']:.2f} |")  # fmt: skip
+    md = MarkdownRenderer()
+
+    def pct(r: dict, keys: tuple[str, ...]) -> list[str]:
+        return [f"{100 * r[k]:.2f}" for k in keys]
+
+    keys, names = ("acc1", "acc5", "refined_acc1", "refined_acc5"), ["Acc@1", "Acc@5", "refined Acc@1", "refined Acc@5"]
+    print(md.table([[s, *pct(r, keys)] for s, r in rows.items()], ["strategy", *names]))
     print("\nD-T+OD-T with the text components (gold mentions):")
-    print("| components | Acc@1 | Acc@5 | refined Acc@1 |\n|---|---|---|---|")
-    for label, r in ablation.items():
-        print(f"| {label} | {100 * r['acc1']:.2f} | {100 * r['acc5']:.2f} | {100 * r['refined_acc1']:.2f} |")
+    print(md.table([[label, *pct(r, keys[:3])] for label, r in ablation.items()], ["components", *names[:3]]))
     figures = {
         "machine": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} torch threads",
         "kb_concepts": len(kb),

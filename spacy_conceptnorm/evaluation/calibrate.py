@@ -28,8 +28,7 @@ from ..corpus import mention_spans, strip_links
 from ..errors import ConceptNormError, Errors
 from ..kb import DOMAIN, SOURCE_BITS
 from ..ranking.confidence import Confidence, expected_calibration_error, reliability
-from ..scoring import gold_ids
-from ..training.data import concept_pairs
+from ..scoring import concept_pairs, gold_ids
 from ..util import write_dir_atomically
 from .gold import get_normalizer, link_gold_mentions, mention_accuracy, read_gold_docs
 from .nil import NIL_STRATEGIES, nil_figures

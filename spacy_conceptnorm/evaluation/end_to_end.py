@@ -8,6 +8,7 @@ usual match rule: any id of the concept counts, a composite is right only when e
 from __future__ import annotations
 
 from spacy.language import Language
+from spacy.scorer import PRFScore
 from spacy.tokens import Doc
 
 from ..kb import KnowledgeBase
@@ -15,10 +16,8 @@ from ..scoring import NIL, is_correct
 
 
 def prf(right: int, predicted: int, gold: int) -> dict[str, float]:
-    """Precision, recall and F1 from counts (0.0 where undefined)."""
-    p = right / predicted if predicted else 0.0
-    r = right / gold if gold else 0.0
-    return {"p": p, "r": r, "f": 2 * p * r / (p + r) if p + r else 0.0}
+    """Precision, recall and F1 from counts (0.0 where undefined), by spaCy's `PRFScore`."""
+    return PRFScore(tp=right, fp=predicted - right, fn=gold - right).to_dict()
 
 
 def end_to_end_scores(nlp: Language, docs: list[Doc], kb: KnowledgeBase) -> dict[str, dict[str, float]]:

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from wasabi import MarkdownRenderer
+
 from ..util import atomic_open, write_json
 
 PNG = "evaluation.png"
@@ -57,69 +59,54 @@ def write_report(metrics: dict, output: str | Path) -> Path:
 
 
 def markdown(metrics: dict, rows: dict[str, float | None]) -> str:
+    """`report.md`: the headline table, the plot, and the calibration, strategy and NIL tables present."""
     gold, pipe = metrics["gold_mentions"], metrics["pipeline"]
-    lines = [
-        "# Evaluation report",
-        "",
+    md = MarkdownRenderer()
+    md.add(md.title(1, "Evaluation report"))
+    md.add(
         f"Sieve `{pipe['strategy']}`, `nil_threshold` {pipe['nil_threshold']:.4f}; {gold['mentions']} gold test "
-        f"mentions, {gold['refined_mentions']} in the refined set (text not among the train mentions).",
-        "",
-        "## Headline",
-        "",
-        "| metric | value |",
-        "|---|---|",
-        *(f"| {name} | {_fmt(value, 4 if name.startswith('NIL threshold') else 2)} |" for name, value in rows.items()),
-        "",
-        f"![Acc@1 per search strategy; confidence of right and wrong links; reliability of kb_confidence]({PNG})",
-        "",
-    ]
+        f"mentions, {gold['refined_mentions']} in the refined set (text not among the train mentions)."
+    )
+    md.add(md.title(2, "Headline"))
+    headline_rows = [(name, _fmt(value, 4 if name.startswith("NIL threshold") else 2)) for name, value in rows.items()]
+    md.add(md.table(headline_rows, ["metric", "value"]))
+    md.add(f"![Acc@1 per search strategy; confidence of right and wrong links; reliability of kb_confidence]({PNG})")
     conf = metrics.get("confidence")
     if conf:
-        lines += [
-            "## Calibration of `kb_confidence` (test gold mentions)",
-            "",
-            f"Expected calibration error {100 * conf['ece']:.2f}% (10 equal-width bins; right = top candidate right).",
-            "",
-            "| confidence bin | links | mean confidence | accuracy |",
-            "|---|---|---|---|",
-            *(
-                f"| {b['low']:.1f}-{b['high']:.1f} | {b['count']} | {b['confidence']:.3f} | {b['accuracy']:.3f} |"
-                for b in conf["reliability"]
-            ),
-            "",
+        md.add(md.title(2, "Calibration of `kb_confidence` (test gold mentions)"))
+        ece = f"{100 * conf['ece']:.2f}%"
+        md.add(f"Expected calibration error {ece} (10 equal-width bins; right = top candidate right).")
+        bins = [
+            (f"{b['low']:.1f}-{b['high']:.1f}", str(b["count"]), f"{b['confidence']:.3f}", f"{b['accuracy']:.3f}")
+            for b in conf["reliability"]
         ]
+        md.add(md.table(bins, ["confidence bin", "links", "mean confidence", "accuracy"]))
     if metrics.get("strategies"):
-        lines += ["## Search strategies (gold mentions)", ""]
-        lines += ["| strategy | Acc@1 | Acc@5 | refined Acc@1 | refined Acc@5 |", "|---|---|---|---|---|"]
-        for strategy, r in metrics["strategies"].items():
-            values = " | ".join(_fmt(_pct(r[k])) for k in ("acc1", "acc5", "refined_acc1", "refined_acc5"))
-            lines.append(f"| {strategy} | {values} |")
-        lines.append("")
+        md.add(md.title(2, "Search strategies (gold mentions)"))
+        keys = ("acc1", "acc5", "refined_acc1", "refined_acc5")
+        strategies = [(s, *(_fmt(_pct(r[k])) for k in keys)) for s, r in metrics["strategies"].items()]
+        md.add(md.table(strategies, ["strategy", "Acc@1", "Acc@5", "refined Acc@1", "refined Acc@5"]))
     nil = metrics.get("nil")
     if nil:
-        lines += [
-            "## NIL calibration",
-            "",
+        md.add(md.title(2, "NIL calibration"))
+        md.add(
             f"Random gold concepts whose mentions make up {100 * nil['holdout_fraction']:.0f}% of the mentions "
             f"(seed {nil['seed']}) are held out of the search, so those mentions are out of the KB. Thresholds are "
-            "calibrated on dev.",
-            "",
-            "| strategy | threshold | split | in-KB acc | out-of-KB acc | overall acc | in-KB / out-of-KB mentions |",
-            "|---|---|---|---|---|---|---|",
-        ]
+            "calibrated on dev."
+        )
+        nil_rows = []
         for strategy, threshold in nil["thresholds"].items():
             for split in ("dev", "test"):
                 if split in nil:
                     a = nil[split][strategy]
-                    lines.append(
-                        f"| {strategy} | {threshold:.4f} | {split} | {_fmt(_pct(a['in_kb_acc']))} | "
-                        f"{_fmt(_pct(a['out_of_kb_acc']))} | {_fmt(_pct(a['overall_acc']))} | "
-                        f"{a['in_kb']} / {a['out_of_kb']} |"
-                    )
-        lines.append("")
+                    accuracies = [_fmt(_pct(a[k])) for k in ("in_kb_acc", "out_of_kb_acc", "overall_acc")]
+                    counts = f"{a['in_kb']} / {a['out_of_kb']}"
+                    nil_rows.append((strategy, f"{threshold:.4f}", split, *accuracies, counts))
+        header = ["strategy", "threshold", "split", "in-KB acc", "out-of-KB acc", "overall acc"]
+        md.add(md.table(nil_rows, [*header, "in-KB / out-of-KB mentions"]))
     if metrics.get("end_to_end") is None:
-        lines += ["End-to-end scores: not computed (the pipeline has no `ner`).", ""]
-    return "\n".join(lines)
+        md.add("End-to-end scores: not computed (the pipeline has no `ner`).")
+    return md.text + "\n"
 
 
 def plot(metrics: dict):

@@ -19,8 +19,8 @@ from pathlib import Path
 
 from ..corpus import mention_spans, read_docs
 from ..errors import ConceptNormError, Errors
-from ..scoring import NIL, gold_ids
 from ..kb import SOURCE_BITS, KnowledgeBase, read_ctd_tsv
+from ..scoring import NIL, concept_pairs
 
 ONTOLOGY_BIT = SOURCE_BITS["ontology"]
 
@@ -67,19 +67,6 @@ class TrainingData:
 def gold_mentions(path: str | Path) -> list[tuple[str, str]]:
     """(mention text, gold id string) of every linked gold entity, composites included (for evaluation)."""
     return [(ent.text, ent.kb_id_) for ent in mention_spans(read_docs(path)) if ent.kb_id_ != NIL]
-
-
-def concept_pairs(kb: KnowledgeBase, mentions: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
-    """Distinct (normalized mention, concept id) pairs of the single-concept (text, gold id) mentions whose id
-    is in the KB, in first-seen order."""
-    pairs = {}
-    for text, gold in mentions:
-        ids = gold_ids(gold)
-        cid = kb.resolve(ids[0]) if len(ids) == 1 else None
-        key = kb.normalizer(text)
-        if cid is not None and key:
-            pairs[(key, cid)] = None
-    return list(pairs)
 
 
 def mention_pairs(kb: KnowledgeBase, path: str | Path) -> list[tuple[str, str]]:

@@ -25,8 +25,7 @@ from ..corpus import mention_spans, strip_links
 from ..errors import ConceptNormError, Errors
 from ..ranking.candidates import CandidateSet
 from ..ranking.pair_scorer import RankingGroup
-from ..scoring import NIL, gold_ids
-from .data import concept_pairs
+from ..scoring import NIL, concept_pairs, gold_ids
 
 
 @dataclass
