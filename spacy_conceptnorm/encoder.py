@@ -17,20 +17,9 @@ import torch
 from spacy.util import registry
 
 from .errors import ConceptNormError, Errors
+from .threads import one_thread_in_forked_workers
 
 PACKAGED_MODEL = "all-MiniLM-L6-v2"
-
-
-def _one_thread_after_fork() -> None:
-    """`nlp.pipe(n_process=...)` forks on Linux, and GNU OpenMP cannot resume the parent's thread pool in a forked
-    child: its first parallel region hangs. Forked workers run one torch thread each, as torch's DataLoader
-    workers do (the workers share the cores anyway)."""
-    torch.set_num_threads(1)
-
-
-os.register_at_fork(after_in_child=_one_thread_after_fork)
-# Names are a few tokens long: the tokenizers' thread pool gains little, and after a fork it warns once per worker.
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
 def packaged_model_path() -> Path:
@@ -78,6 +67,7 @@ class NameEncoder:
         self.device = device or best_device()
         self._model = None
         self._tokenizer = None
+        one_thread_in_forked_workers()
 
     @property
     def path(self) -> str:
@@ -87,6 +77,10 @@ class NameEncoder:
     def _load(self) -> None:
         from transformers import AutoModel, AutoTokenizer
 
+        # A process-wide setting, made here rather than at import: names are a few tokens long, so the tokenizers'
+        # thread pool gains little, and after a fork (nlp.pipe with n_process) it warns once per worker. A value
+        # the user set is kept.
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         try:
             self._tokenizer = AutoTokenizer.from_pretrained(self.path)
             self._model = AutoModel.from_pretrained(self.path).to(self.device).eval()

@@ -12,20 +12,15 @@ time.
 
 from __future__ import annotations
 
-import os
-
 import faiss
 import numpy as np
 import torch
 
 from .errors import ConceptNormError, Errors
+from .threads import one_thread_in_forked_workers
 
 INDEX_TYPES = ("exact", "flat", "hnsw", "ivf")
 QUERY_CHUNK = 512  # queries per matrix product in exact search: bounds the score matrix to 512 x names
-
-
-# FAISS has its own OpenMP runtime, which also hangs in forked children: see encoder._one_thread_after_fork.
-os.register_at_fork(after_in_child=lambda: faiss.omp_set_num_threads(1))
 
 
 def _gpu_count() -> int:
@@ -61,6 +56,7 @@ class VectorIndex:
         self._removed: set[int] = set()  # hnsw only
         self._index = self._new_index()
         self._gpu_index = None
+        one_thread_in_forked_workers()  # FAISS and torch (the exact index) hang in forked workers otherwise
 
     def _new_index(self):
         if self.index_type == "exact":

@@ -45,8 +45,19 @@ def read_lines(
             yield lineno, line.rstrip("\r\n")
 
 
-_UMASK = os.umask(0o022)  # read the process umask (there is no getter) and put it back
-os.umask(_UMASK)
+def current_umask() -> int:
+    """The process umask, read when a file is written (not at import, so a later `os.umask` counts). Linux
+    reports it in /proc/self/status; elsewhere it is set and put back, as there is no getter."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 @contextmanager
@@ -56,7 +67,7 @@ def atomic_open(path: str | Path, mode: str = "wb") -> Iterator[IO]:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes it owner-only; give it a plain file's permissions
+        os.chmod(tmp, 0o666 & ~current_umask())  # mkstemp makes it owner-only; give it a plain file's permissions
         with os.fdopen(fd, mode) as f:
             yield f
             f.flush()
@@ -80,7 +91,7 @@ def write_dir_atomically(path: str | Path, write: Callable[[Path], None]) -> Non
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.tmp-"))
-    tmp.chmod(0o777 & ~_UMASK)  # mkdtemp makes it owner-only
+    tmp.chmod(0o777 & ~current_umask())  # mkdtemp makes it owner-only
     try:
         write(tmp)
     except BaseException:

@@ -3,10 +3,11 @@
 Reads a spaCy-style config (`configs/train_xu_bethard.cfg` is the default recipe), builds the training texts
 (Train:O or Train:OD), and trains the name encoder on batches from the configured sampler with the configured
 loss. Each epoch it measures dev Acc@1, writes `OUTPUT/model-last`, `OUTPUT/model-best` when dev beat every
-earlier epoch (the starting model, epoch 0, included), and a checkpoint `OUTPUT/checkpoint` that `resume=True` continues from (model, optimizer, schedule, random
-states, history). Every directory is written beside its target and renamed into place, so an interrupted run
-leaves the previous complete version. A model directory is a transformers model that `NameEncoder(path)`
-loads, with `training.cfg`, `encoder.json` and `metrics.json` beside the weights.
+earlier epoch (the starting model, epoch 0, included), and a checkpoint `OUTPUT/checkpoint` that `resume=True`
+continues from (model, optimizer, schedule, random states, history). Every directory is written beside its
+target and renamed into place, so an interrupted run leaves the previous complete version. A model directory
+is a transformers model that `NameEncoder(path)` loads, with `training.cfg`, `encoder.json` and `metrics.json`
+beside the weights.
 
 Speed on CPU: each batch is sorted by token length and encoded in micro-batches padded only to their own
 longest name; bf16 autocast where `NameEncoder.autocast_dtype()` allows; `threads` sets torch's threads.
@@ -26,7 +27,6 @@ import random
 import sys
 import time
 from collections import defaultdict
-from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -39,81 +39,20 @@ from tqdm import tqdm
 
 from ..encoder import NameEncoder
 from ..errors import ConceptNormError, Errors
-from ..scoring import accuracy_at
 from ..kb import DOMAIN, ONTOLOGY, Concept, KnowledgeBase
-from ..search import SieveSearcher, parse_strategy
+from ..scoring import accuracy_at
+from ..search import SieveSearcher
 from ..util import write_dir_atomically, write_json
 from . import losses as _losses  # noqa: F401  (registers the losses)
 from .data import build_training_data, gold_mentions, mention_pairs
 from .samplers import Batch, TripletSampler
+from .settings import DevSettings, TrainingSettings, read_settings
 
 CHECKPOINT, STATE_FILE = "checkpoint", "trainer_state.pt"
 REQUIRED_SECTIONS = ("encoder", "kb", "training", "training.loss", "training.sampler")
 
 
-# --- settings ---------------------------------------------------------------------------------------------------
-@dataclass
-class TrainingSettings:
-    """The plain keys of [training]; see configs/train_xu_bethard.cfg for what each does."""
-
-    train_on: str = "O"
-    domain: str | None = None
-    domain_ratio: float = 1 / 3
-    batch_size: int = 256
-    micro_batch: int = 64
-    max_epochs: int = 4
-    max_steps: int = 0
-    max_minutes: float = 0.0
-    patience: int = 2
-    learning_rate: float = 3e-5
-    weight_decay: float = 0.0
-    warmup_steps: int = 0
-    scheduler: str = "linear"
-    grad_clip: float = 1.0
-    seed: int = 0
-    threads: int = 0
-
-
-@dataclass
-class DevSettings:
-    """The keys of [training.dev]."""
-
-    mentions: str | None = None
-    domain: str | None = None
-    strategy: str = "D-T+OD-T"
-    threshold: float = 0.95
-    candidates: int = 10
-
-
-_TYPES = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,)}
-
-
-def _settings(cls, section: dict, name: str):
-    """Build a settings dataclass from a config section, with a ConceptNormError naming any bad key."""
-    known = {f.name: f for f in fields(cls)}
-    unknown = sorted(set(section) - set(known))
-    if unknown:
-        raise ConceptNormError(Errors.E701.format(detail=f"unknown key(s) {unknown} in [{name}]"))
-    for key, value in section.items():
-        annotation = str(known[key].type)
-        types = _TYPES[annotation.split(" | ")[0]]
-        ok = (value is None and "None" in annotation) or (
-            isinstance(value, types) and not (isinstance(value, bool) and bool not in types)
-        )
-        if not ok:
-            raise ConceptNormError(Errors.E701.format(detail=f"[{name}] {key} = {value!r} should be {annotation}"))
-    settings = cls(**section)
-    if isinstance(settings, TrainingSettings):
-        for key in ("batch_size", "micro_batch", "max_epochs"):
-            if getattr(settings, key) < 1:
-                raise ConceptNormError(Errors.E701.format(detail=f"[training] {key} must be at least 1"))
-        if settings.train_on not in ("O", "OD"):
-            raise ConceptNormError(Errors.E706.format(value=settings.train_on))
-    else:
-        parse_strategy(settings.strategy)
-    return settings
-
-
+# --- config ---------------------------------------------------------------------------------------------------
 def load_training_config(path: str | Path | Config, overrides: dict[str, Any] | None = None) -> Config:
     """The config with overrides applied and variables interpolated; ConceptNormError when it is unusable."""
     try:
@@ -251,7 +190,10 @@ def batch_loss(encoder, loss_fn, batch: Batch, texts: list[str], lengths: np.nda
 
 # --- checkpoints --------------------------------------------------------------------------------------------------
 def _rng_state() -> dict:
-    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    """The random states, in types that `torch.load(weights_only=True)` reads (numpy's key array as a list)."""
+    name, keys, pos, has_gauss, cached = np.random.get_state(legacy=True)
+    numpy_state = (name, keys.tolist(), int(pos), int(has_gauss), float(cached))
+    state = {"python": random.getstate(), "numpy": numpy_state, "torch": torch.get_rng_state()}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
@@ -259,7 +201,8 @@ def _rng_state() -> dict:
 
 def _set_rng_state(state: dict) -> None:
     random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    name, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((name, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
@@ -278,7 +221,7 @@ def load_checkpoint_state(path: Path) -> dict:
     if not (path / STATE_FILE).exists():
         raise ConceptNormError(Errors.E705.format(path=path.parent))
     try:
-        return torch.load(path / STATE_FILE, map_location="cpu", weights_only=False)
+        return torch.load(path / STATE_FILE, map_location="cpu", weights_only=True)
     except Exception as e:  # torch raises several types on a truncated file
         raise ConceptNormError(Errors.E710.format(path=path, detail=f"{type(e).__name__}: {e}")) from None
 
@@ -305,8 +248,9 @@ def train(
     config = load_training_config(config, overrides)
     output = Path(output_dir)
     raw = config["training"]
-    settings = _settings(TrainingSettings, {k: v for k, v in raw.items() if not isinstance(v, dict)}, "training")
-    dev_settings = _settings(DevSettings, dict(raw.get("dev") or {}), "training.dev")
+    plain = {k: v for k, v in raw.items() if not isinstance(v, dict)}
+    settings = read_settings(TrainingSettings, plain, "training")
+    dev_settings = read_settings(DevSettings, dict(raw.get("dev") or {}), "training.dev")
     if settings.threads > 0:
         torch.set_num_threads(settings.threads)
     random.seed(settings.seed)
@@ -456,6 +400,6 @@ def _metrics(state: dict, evaluator: DevEvaluator | None, settings: TrainingSett
         "elapsed_seconds": round(state["elapsed"], 1),
         "stopped": stopped,
         "dev_protocol": evaluator.protocol if evaluator is not None else None,
-        "settings": asdict(settings),
+        "settings": settings.model_dump(),
         "history": state["history"],
     }
