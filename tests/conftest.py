@@ -40,3 +40,12 @@ def linker_nlp(train_docs):
         lambda: [Example(d, d) for d in train_docs], nlp=nlp, kb=load_kb(FIXTURES / "medic_sample.txt")
     )
     return nlp
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items):
+    """Tests on `linker_nlp` (the real encoder over the MEDIC sample: about 40 s to build) are in the slow set,
+    which the default `pytest` run skips and `pytest -m slow` runs."""
+    for item in items:
+        if "linker_nlp" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slow)

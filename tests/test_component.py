@@ -67,10 +67,12 @@ def test_add_and_remove_synonyms_change_results_at_once(linker_nlp):
     normalizer = linker_nlp.get_pipe("concept_normalizer")
     doc = doc_with_ents(linker_nlp, "A patient with zzq syndrome.", [("zzq syndrome", "Disease")])
     assert normalizer(doc).ents[0].kb_id_ != "D001943"
-    assert normalizer.add_synonyms([("zzq syndrome", "OMIM:114480"), ("x", "NOT-AN-ID")]) == ["NOT-AN-ID"]
-    ent = normalizer(blank_copy(doc)).ents[0]
-    assert ent.kb_id_ == "D001943" and ent._.kb_stage == "D-T" and ent._.kb_name == "zzq syndrome"
-    normalizer.remove_synonyms([("zzq syndrome", "D001943")])
+    try:  # the pipeline is shared by the session: the synonym goes whatever happens
+        assert normalizer.add_synonyms([("zzq syndrome", "OMIM:114480"), ("x", "NOT-AN-ID")]) == ["NOT-AN-ID"]
+        ent = normalizer(blank_copy(doc)).ents[0]
+        assert ent.kb_id_ == "D001943" and ent._.kb_stage == "D-T" and ent._.kb_name == "zzq syndrome"
+    finally:
+        normalizer.remove_synonyms([("zzq syndrome", "D001943")])
     assert normalizer(blank_copy(doc)).ents[0].kb_id_ != "D001943"
 
 
@@ -196,6 +198,7 @@ def test_strategy_and_index_types_are_configurable(train_docs, test_docs, kb):
     assert agree > 0.95  # HNSW is approximate but near-exact on a KB this small
 
 
+@pytest.mark.slow
 def test_spacy_assemble_builds_a_pipeline_from_the_config(fixtures, tmp_path):
     from pathlib import Path
 

@@ -3,7 +3,7 @@ corpus, copied verbatim."""
 
 import pytest
 import spacy
-from spacy.tokens import Doc, DocBin, Span
+from spacy.tokens import DocBin, Span
 
 from spacy_conceptnorm.errors import ConceptNormError
 from spacy_conceptnorm.text.composites import CompositeSplitter, split_composite
@@ -325,7 +325,11 @@ def test_bad_arguments():
         CompositeSplitter(vocab).initialize(known_names=["breast cancer", None])
 
 
-def test_doc_without_entities(nlp):
-    doc = nlp("No entities here.")
-    assert not doc.ents
-    assert isinstance(doc, Doc)
+def test_doc_without_entities_is_left_alone(nlp):
+    text = "Germline mutations cause breast and ovarian cancer."
+    doc = nlp(text)  # a composite in the text, but no entity
+    assert doc.ents == () and [t.text for t in doc] == [t.text for t in nlp.make_doc(text)]
+    span = doc[3:7]
+    assert span.text == "breast and ovarian cancer" and span._.composite_parts is None  # only entities are split
+    doc.ents = [Span(doc, 3, 7, "Disease")]
+    assert nlp.get_pipe("composite_splitter")(doc).ents[0]._.composite_parts == ["breast cancer", "ovarian cancer"]

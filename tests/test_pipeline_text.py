@@ -33,8 +33,8 @@ def test_mention_mode_ignores_long_forms(pipelines):
     doc = doc_with_ents(pipelines, TEXT, [("Cancer of the ovary", "Disease")])
     start = TEXT.rindex("COV")
     doc.ents = [*doc.ents, doc.char_span(start, start + 3, label="Disease")]
-    normalizer.cfg["long_form"] = "mention"
-    try:
+    try:  # the pipeline is shared by the module
+        normalizer.cfg["long_form"] = "mention"
         ent = pipelines(doc).ents[1]
     finally:
         normalizer.cfg["long_form"] = "best"
@@ -67,8 +67,8 @@ def test_plain_mentions_are_unchanged_by_the_text_components(pipelines, linker_n
 
 def test_composite_splitting_can_be_switched_off(pipelines):
     normalizer = pipelines.get_pipe("concept_normalizer")
-    normalizer.cfg["split_composites"] = False
     try:
+        normalizer.cfg["split_composites"] = False
         text = "Germline BRCA1 mutations predispose to breast and ovarian cancer."
         ent = pipelines(doc_with_ents(pipelines, text, [("breast and ovarian cancer", "Disease")])).ents[0]
     finally:

@@ -131,8 +131,9 @@ def test_candidates_add_lexical_finds_and_describe_every_concept(searcher):
     assert first.features.shape == (len(first.concept_ids), len(FEATURES))
     exact = sets[1]
     assert exact.exact and exact.features[0, FEATURES.index("exact")] == 1.0
-    dense = first.features[:, FEATURES.index("dense")]
-    assert np.allclose(first.features[:, FEATURES.index("dense_gap")], dense.max() - dense)
+    dense, gap = first.features[:, FEATURES.index("dense")], first.features[:, FEATURES.index("dense_gap")]
+    assert gap[int(np.argmax(dense))] == 0 and (gap >= 0).all()  # the gap to the best dense score
+    assert (np.diff(gap[np.argsort(-dense)]) >= 0).all() and len(set(gap.tolist())) > 1  # grows as dense falls
     searcher.hidden = frozenset({exact.concept_ids[0]})
     hidden = generator.generate(keys[1:], [searcher.search_keys(keys[1:], top_k=2)[keys[1]]], vectors[1:])[0]
     assert exact.concept_ids[0] not in hidden.concept_ids and not hidden.exact
