@@ -12,22 +12,28 @@ For each entity it sets
 Values live in `doc.user_data`, so they survive DocBin (store_user_data=True) and `nlp.pipe(n_process=...)`.
 """
 
-import json
+import inspect
+import tempfile
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+import srsly
 from spacy.language import Language
 from spacy.pipeline import Pipe
+from spacy.scorer import Scorer
 from spacy.tokens import Doc, Span
-from spacy.training import Example
-from spacy.util import SimpleFrozenList, minibatch, to_disk
+from spacy.training import Example, validate_get_examples
+from spacy.util import SimpleFrozenList, from_dict, from_disk, minibatch, to_bytes, to_disk
+from spacy.vocab import Vocab
 
 from .consistency import make_consistent
 from .encoder import PACKAGED_MODEL, NameEncoder
 from .errors import ConceptNormError, Errors, Warnings
+from .index import INDEX_TYPES, VectorIndex
 from .kb import DOMAIN, SOURCE_BITS, KnowledgeBase
 from .ranking.lexical import LexicalIndex
 from .ranking.linker import Linker
@@ -38,6 +44,8 @@ from .util import atomic_open, read_json, write_dir_atomically, write_json
 
 MAX_MENTION_CHARS = 1000  # longer entities are cut before normalization; names are at most ~25 tokens anyway
 LONG_FORM_MODES = ("best", "long", "mention")
+INDEX_SETTINGS = tuple(p for p in inspect.signature(VectorIndex).parameters if p != "dim")
+NEL_KEYS = ("nel_micro_p", "nel_micro_r", "nel_micro_f")  # spaCy's standard linking scores, next to kb_acc
 
 CONTEXT_CHARS = 200  # characters of text each side of a mention handed to the ranker's context-aware scorers
 _EXTENSIONS = ("kb_ents", "kb_name", "kb_stage", "kb_parts", "kb_confidence")
@@ -85,10 +93,11 @@ def make_concept_normalizer(
     consistency: bool,
     scorer: Callable | None,
 ) -> "ConceptNormalizer":
+    """Create a ConceptNormalizer (see its docstring for the settings, checked here)."""
     return ConceptNormalizer(
         nlp.vocab,
-        encoder,
-        name=name,
+        name,
+        encoder=encoder,
         strategy=strategy,
         threshold=threshold,
         top_k=top_k,
@@ -108,8 +117,9 @@ class ConceptNormalizer(Pipe):
     """Link entities to concepts with a sieve search over name vectors.
 
     vocab (Vocab): The shared vocabulary.
-    encoder (NameEncoder): Encodes names and mentions (any transformers model; default all-MiniLM-L6-v2).
     name (str): The component instance name.
+    encoder (Optional[NameEncoder]): Encodes names and mentions (any transformers model); None: the packaged
+        all-MiniLM-L6-v2.
     strategy (str): Sieve stages joined by "+", each TARGET-REPR with TARGET in O, D, OD and REPR in T, C.
     threshold (float): A stage before the last answers only when its best cosine reaches this.
     top_k (int): Candidates kept per entity in `ent._.kb_ents`.
@@ -117,8 +127,9 @@ class ConceptNormalizer(Pipe):
     labels (List[str]): Entity labels to link; empty links all.
     batch_size (int): Docs gathered per search in `pipe`.
     index (dict): Vector index settings: `index_type` ("exact", "flat", "hnsw", "ivf") and its parameters.
-    long_form (str): With `abbreviation_resolver` before it: "best" searches the mention and its long form and
-        keeps the better score, "long" the long form only, "mention" ignores long forms.
+    long_form (str): With `abbreviation_resolver` (or scispacy's `AbbreviationDetector`, whose `span._.long_form`
+        is a Span) before it: "best" searches the mention and its long form and keeps the better score, "long"
+        the long form only, "mention" ignores long forms.
     split_composites (bool): With `composite_splitter` before it, link each part of a composite mention.
     ranker (Optional[Ranker]): The second stage over the sieve's and lexical candidates (trained by
         `spacy_conceptnorm train-ranker`; until then the sieve's answer stands). None: the sieve alone.
@@ -129,10 +140,10 @@ class ConceptNormalizer(Pipe):
 
     def __init__(
         self,
-        vocab,
-        encoder: NameEncoder,
-        *,
+        vocab: Vocab,
         name: str = "concept_normalizer",
+        *,
+        encoder: NameEncoder | None = None,
         strategy: str = "D-T+OD-T",
         threshold: float = 0.95,
         top_k: int = 5,
@@ -146,11 +157,18 @@ class ConceptNormalizer(Pipe):
         consistency: bool = True,
         scorer: Callable | None = score_linking,
     ) -> None:
-        if long_form not in LONG_FORM_MODES:
-            raise ConceptNormError(f"long_form must be one of {LONG_FORM_MODES}, got {long_form!r}")
+        SieveSearcher.validate(strategy, top_k)
+        _check(_number_in(threshold, -1.0, 1.0), "threshold", "a cosine in [-1, 1]", threshold)
+        _check(_number_in(nil_threshold, 0.0, 1.0), "nil_threshold", "a confidence in [0, 1]", nil_threshold)
+        _check(_int_from(batch_size, 1), "batch_size", "a positive integer", batch_size)
+        _check(not isinstance(labels, str) and all(isinstance(x, str) for x in labels), "labels", "a list", labels)
+        _check(long_form in LONG_FORM_MODES, "long_form", f"one of {LONG_FORM_MODES}", long_form)
+        _check(isinstance(split_composites, bool), "split_composites", "true or false", split_composites)
+        _check(isinstance(consistency, bool), "consistency", "true or false", consistency)
+        _check_index(index or {})
         self.vocab = vocab
         self.name = name
-        self.encoder = encoder
+        self.encoder = encoder if encoder is not None else NameEncoder()
         self.model = None  # no thinc model: the encoder is trained by `spacy_conceptnorm train`
         self.cfg: dict[str, Any] = {
             "strategy": strategy,
@@ -168,7 +186,6 @@ class ConceptNormalizer(Pipe):
         self.scorer = scorer
         self.searcher: SieveSearcher | None = None
         self.linker: Linker | None = None
-        SieveSearcher.validate(strategy, top_k)
 
     # --- set-up -------------------------------------------------------------------------------------------------
     @property
@@ -198,6 +215,8 @@ class ConceptNormalizer(Pipe):
         domain_synonyms (bool): Take domain synonyms from the examples.
         progress (bool): Show a progress bar while encoding names.
         """
+        if get_examples is not None:
+            validate_get_examples(get_examples, "ConceptNormalizer.initialize")
         if kb is None:
             if self.searcher is None:
                 raise ConceptNormError(Errors.E301.format(name=self.name))
@@ -226,6 +245,8 @@ class ConceptNormalizer(Pipe):
     def set_strategy(self, strategy: str, threshold: float | None = None) -> None:
         """Change the sieve (and its threshold) of a ready component; no re-encoding is needed."""
         self._require_searcher()
+        if threshold is not None:
+            _check(_number_in(threshold, -1.0, 1.0), "threshold", "a cosine in [-1, 1]", threshold)
         self.searcher.strategy = strategy
         self.cfg["strategy"] = strategy
         if threshold is not None:
@@ -237,7 +258,7 @@ class ConceptNormalizer(Pipe):
         pairs (Iterable[Tuple[str, str]]): (text, concept id) pairs; the id may be any id of the concept.
         RETURNS (List[str]): Concept ids that are not in the knowledge base (those pairs were skipped).
         """
-        new, unknown = self.kb.add_names(pairs, DOMAIN)
+        new, unknown = self._require_searcher().kb.add_names(pairs, DOMAIN)
         self.searcher.add_names(new, DOMAIN)
         self.linker.changed()
         return unknown
@@ -294,6 +315,8 @@ class ConceptNormalizer(Pipe):
             return [[p[:MAX_MENTION_CHARS]] for p in parts]
         text = ent.text[:MAX_MENTION_CHARS]
         long = ent._.long_form if ent.has_extension("long_form") else None
+        if isinstance(long, Span):  # scispacy's AbbreviationDetector sets the long form's Span
+            long = long.text
         mode = self.cfg["long_form"]
         if not long or mode == "mention":
             return [[text]]
@@ -355,8 +378,19 @@ class ConceptNormalizer(Pipe):
             if self.cfg["consistency"]:
                 make_consistent(doc, [e for e in doc.ents if e in linked], self.kb.normalizer, nil)
 
-    def score(self, examples: Iterable[Example], **kwargs) -> dict[str, float]:
-        return self.scorer(examples, kb=self._require_searcher().kb, **kwargs)
+    def score(self, examples: Iterable[Example], **kwargs: Any) -> dict[str, float]:
+        """Score linking (`nlp.evaluate` calls it): the configured scorer's figures (kb_acc, kb_acc5, kb_found),
+        and spaCy's `nel_micro_p/r/f` from `Scorer.score_links`, which compares ids as strings with "NIL" as no
+        link (kb_acc also accepts any other id of the gold concept).
+
+        examples (Iterable[Example]): Predicted docs with their gold references.
+        RETURNS (Dict[str, float]): The scores.
+        """
+        kb = self._require_searcher().kb
+        examples = list(examples)
+        scores = self.scorer(examples, kb=kb, **kwargs) if self.scorer is not None else {}
+        links = Scorer.score_links(examples, negative_labels=[NIL])
+        return {**scores, **{key: links[key] for key in NEL_KEYS}}
 
     # --- serialization ------------------------------------------------------------------------------------------
     def _saves_encoder(self) -> bool:
@@ -364,20 +398,37 @@ class ConceptNormalizer(Pipe):
         stored by reference."""
         return self.encoder.reference != PACKAGED_MODEL and Path(self.encoder.reference).is_dir()
 
-    def to_disk(self, path: str | Path, *, exclude: Iterable[str] = SimpleFrozenList()) -> None:
-        """Write cfg, the knowledge base, the name vectors and indexes, and the encoder's weights when they
-        come from a local directory. `spacy.load` then gives identical predictions with no re-encoding."""
-        if self.searcher is None:
-            raise ConceptNormError(Errors.E301.format(name=self.name))
-        serialize = {
+    def _writers(self) -> dict[str, Callable[[Path], None]]:
+        """The saved parts: cfg (with the encoder's reference), the knowledge base, the name vectors and indexes
+        (with their checksum), and the second stage (ranker weights, confidence model, lexical index, scorers)."""
+        self._require_searcher()
+        return {
             "cfg": lambda p: write_json(p, {**self.cfg, "encoder": self.encoder.config()}),
             "kb": lambda p: self.kb.to_disk(p),
             "searcher": lambda p: self.searcher.to_disk(p),
             "linker": lambda p: write_dir_atomically(p, self._write_linker),
         }
+
+    def to_disk(self, path: str | Path, *, exclude: Iterable[str] = SimpleFrozenList()) -> None:
+        """Write the parts, and the encoder's weights when they come from a local directory. `spacy.load` then
+        gives identical predictions with no re-encoding.
+
+        path (Union[str, Path]): The component's directory.
+        exclude (Iterable[str]): Parts not to write ("cfg", "kb", "searcher", "linker", "encoder").
+        """
+        writers = self._writers()
         if self._saves_encoder():
-            serialize["encoder"] = lambda p: write_dir_atomically(p, self.encoder.save)
-        to_disk(path, serialize, exclude)
+            writers["encoder"] = lambda p: write_dir_atomically(p, self.encoder.save)
+        to_disk(path, writers, exclude)
+
+    def to_bytes(self, *, exclude: Iterable[str] = SimpleFrozenList()) -> bytes:
+        """The parts in one bytestring, each in its disk format (see `_pack`), for `nlp.to_bytes()`. The encoder
+        travels by reference (its config): a local model directory must still be there for `from_bytes`.
+
+        exclude (Iterable[str]): Parts to leave out ("cfg", "kb", "searcher", "linker").
+        RETURNS (bytes): The serialized component.
+        """
+        return to_bytes({key: partial(_pack, write) for key, write in self._writers().items()}, exclude)
 
     def _write_linker(self, path: Path) -> None:
         """The second stage: ranker weights, confidence model, lexical index and trained pair scorers."""
@@ -416,23 +467,136 @@ class ConceptNormalizer(Pipe):
         return linker
 
     def from_disk(self, path: str | Path, *, exclude: Iterable[str] = SimpleFrozenList()) -> "ConceptNormalizer":
+        """Load what `to_disk` wrote.
+
+        path (Union[str, Path]): The component's directory.
+        exclude (Iterable[str]): Parts not to read: the component keeps its own (see `_load`).
+        RETURNS (ConceptNormalizer): The component.
+        """
         path = Path(path)
-        if not (path / "cfg").exists():
+        if "cfg" not in exclude and not (path / "cfg").exists():
             raise ConceptNormError(Errors.E302.format(path=path, detail="no cfg file (was the pipeline saved?)"))
+        return self._load(lambda readers: from_disk(path, readers, exclude))
+
+    def from_bytes(self, bytes_data: bytes, *, exclude: Iterable[str] = SimpleFrozenList()) -> "ConceptNormalizer":
+        """Load what `to_bytes` wrote, with the checks of `from_disk`. (The bytes are unpacked here rather than
+        by `spacy.util.from_bytes`, which is `from_dict` over `msgpack_loads`, so that bad bytes raise
+        ConceptNormError.)
+
+        bytes_data (bytes): The data.
+        exclude (Iterable[str]): Parts not to read: the component keeps its own (see `_load`).
+        RETURNS (ConceptNormalizer): The component.
+        """
         try:
-            cfg = json.loads((path / "cfg").read_text(encoding="utf8"))
-        except ValueError as e:
-            raise ConceptNormError(Errors.E004.format(path=path / "cfg", detail=e)) from None
-        encoder_cfg = cfg.pop("encoder", {})
-        self.cfg.update(cfg)
-        if (path / "encoder").is_dir():
-            encoder_cfg["model"] = str(path / "encoder")
-        if encoder_cfg:
-            self.encoder = NameEncoder(**encoder_cfg, device=self.encoder.device)
-        kb = KnowledgeBase.from_disk(path / "kb")
-        self.searcher = self._new_searcher(kb).from_disk(path / "searcher")
-        self.linker = self._read_linker(path / "linker")
+            msg = srsly.msgpack_loads(bytes_data)
+        except Exception as e:  # msgpack raises several unrelated types on bad data
+            raise ConceptNormError(Errors.E004.format(path="concept_normalizer bytes", detail=repr(e))) from None
+        if not isinstance(msg, dict) or ("cfg" not in exclude and "cfg" not in msg):
+            raise ConceptNormError(Errors.E302.format(path="bytes", detail="no cfg (not a concept_normalizer)"))
+        return self._load(
+            lambda readers: from_dict(msg, {k: partial(_unpack, key=k, read=r) for k, r in readers.items()}, exclude)
+        )
+
+    def _load(self, read: Callable[[dict[str, Callable[[Path], None]]], Any]) -> "ConceptNormalizer":
+        """Call `read` with the readers of the saved parts, in the order the parts depend on each other. A part it
+        leaves out (`exclude`) stays as it was, except that a KB read without its vectors is encoded, and a search
+        read without its linker gets an untrained one."""
+        new_kb: list[KnowledgeBase] = []
+
+        def searcher() -> SieveSearcher:
+            if new_kb:  # the KB was read and its vectors were not: encode its names
+                self.searcher, self.linker = self._new_searcher(new_kb.pop()), None
+                self.searcher.build()
+            return self._require_searcher()
+
+        def read_searcher(path: Path) -> None:
+            self.searcher = self._new_searcher(new_kb.pop() if new_kb else self.kb).from_disk(path)
+            self.linker = None
+
+        def read_linker(path: Path) -> None:
+            searcher()
+            self.linker = self._read_linker(path)
+
+        read({
+            "cfg": self._read_cfg,
+            "encoder": self._read_encoder,
+            "kb": lambda path: new_kb.append(KnowledgeBase.from_disk(path)),
+            "searcher": read_searcher,
+            "linker": read_linker,
+        })  # fmt: skip
+        if new_kb or self.searcher is not None:
+            searcher()
+            if self.linker is None:
+                self.linker = Linker(self.searcher, self.ranker)
+                self.linker.build()
         return self
+
+    def _read_cfg(self, path: Path) -> None:
+        """Read the settings. The encoder built from the config is kept when the saved one has the same settings,
+        else the saved one is built (it encoded the name vectors)."""
+        cfg = read_json(path)
+        saved = cfg.pop("encoder", None)
+        self.cfg.update(cfg)
+        if saved and saved != self.encoder.config():
+            self.encoder = NameEncoder(**saved, device=getattr(self.encoder, "device", None))
+
+    def _read_encoder(self, path: Path) -> None:
+        """Weights saved with the pipeline (from a local directory at save time) replace the configured ones."""
+        if path.is_dir():
+            config = {**self.encoder.config(), "model": str(path)}
+            self.encoder = NameEncoder(**config, device=getattr(self.encoder, "device", None))
+
+
+def _check(ok: bool, key: str, expected: str, value: Any) -> None:
+    if not ok:
+        raise ConceptNormError(Errors.E304.format(key=key, expected=expected, value=value))
+
+
+def _number_in(value: Any, low: float, high: float) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and low <= value <= high
+
+
+def _int_from(value: Any, low: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= low
+
+
+def _check_index(index: Any) -> None:
+    """Raise ConceptNormError for index settings `VectorIndex` cannot take."""
+    _check(isinstance(index, dict), "index", "a table of index settings", index)
+    unknown = sorted(set(index) - set(INDEX_SETTINGS))
+    if unknown:
+        raise ConceptNormError(Errors.E305.format(keys=unknown, choices=INDEX_SETTINGS))
+    if index.get("index_type", "exact") not in INDEX_TYPES:
+        raise ConceptNormError(Errors.E103.format(index_type=index["index_type"], choices=INDEX_TYPES))
+    for key in set(index) - {"index_type"}:
+        low = 0 if key == "ivf_nlist" else 1  # 0 lists: chosen from the number of names
+        _check(_int_from(index[key], low), f"index.{key}", f"an integer >= {low}", index[key])
+
+
+def _pack(write: Callable[[Path], None]) -> bytes:
+    """What `write(path)` writes (a file or a directory) as msgpack {relative path: content}: the bytes keep each
+    part's disk format, so `from_bytes` runs the disk readers and their format, version and checksum checks."""
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp) / "part"
+        write(root)
+        files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
+        return srsly.msgpack_dumps({p.relative_to(root).as_posix(): p.read_bytes() for p in files})
+
+
+def _unpack(data: bytes, *, key: str, read: Callable[[Path], None]) -> None:
+    """Write what `_pack` packed into a temporary directory and `read` it from there ("." is the path itself)."""
+    try:
+        files = {Path(name): content for name, content in srsly.msgpack_loads(data).items()}
+    except Exception as e:  # msgpack raises several unrelated types on bad data
+        raise ConceptNormError(Errors.E004.format(path=f"the {key!r} bytes", detail=repr(e))) from None
+    if any(n.is_absolute() or ".." in n.parts or not isinstance(c, bytes) for n, c in files.items()):
+        raise ConceptNormError(Errors.E004.format(path=f"the {key!r} bytes", detail="not packed file contents"))
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp) / key
+        for name, content in files.items():
+            (root / name).parent.mkdir(parents=True, exist_ok=True)
+            (root / name).write_bytes(content)
+        read(root)
 
 
 def _preference(found: tuple[str, Match]) -> tuple[float, float]:

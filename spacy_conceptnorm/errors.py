@@ -1,7 +1,10 @@
-"""Every error and warning message of the package, in one place (as spaCy's `spacy.errors`)."""
+"""Every error and warning message of the package, in one place (as spaCy's `spacy.errors`): reading an attribute
+gives the message with its code in front, "[E301] The concept_normalizer has no knowledge base. ..."."""
+
+from spacy.errors import ErrorsWithCodes
 
 
-class Errors:
+class Errors(metaclass=ErrorsWithCodes):
     # knowledge base and loaders
     E001 = "{path}:{line}: malformed line ({reason}): {text!r}"
     E002 = "Knowledge base file not found: {path}"
@@ -14,6 +17,7 @@ class Errors:
     E006 = "Unknown concept id {concept_id!r}: add the concept to the knowledge base first."
     E007 = "Unknown knowledge base format {fmt!r}; choose one of {choices}."
     E008 = "Empty name for concept {concept_id!r}."
+    E009 = "unicode_form must be one of {choices}, got {value!r}."
     # encoder and index
     E101 = (
         "Cannot load the encoder model {model!r}: {detail}. Give a local transformers model directory "
@@ -39,6 +43,8 @@ class Errors:
         "Re-run nlp.initialize() and save the pipeline again."
     )
     E303 = "Synonyms must be (text, concept_id) pairs, got {item!r}."
+    E304 = "concept_normalizer: {key} must be {expected}, got {value!r}."
+    E305 = "concept_normalizer: unknown index setting(s) {keys}; choose from {choices}."
     E310 = "Unknown ranker model {model!r}; choose one of {choices}."
     E311 = "The ranker's {key} must be a positive integer, got {value!r}."
     E312 = "No training mention has its gold concept among its candidates: the ranker cannot be trained."
@@ -83,7 +89,7 @@ class Errors:
     )
     E806 = "{path} ended in a half-written record (an interrupted run): removed its last {count} bytes."
     E807 = "{path} is a directory: it is read as .txt files, so --input-format must be 'txt' or 'auto', not {fmt!r}."
-    E808 = " (further input problems are only counted in the summary)"
+    E808 = "Further input problems are only counted in the summary."
     E809 = (
         "Document {id!r} has {length} characters, more than nlp.max_length ({limit}): annotated in {pieces} pieces "
         "cut at line breaks (else spaces); an abbreviation defined in one piece is not resolved in the others."
@@ -101,7 +107,7 @@ class Errors:
     E907 = "holdout must be a fraction strictly between 0 and 1, got {value!r}."
 
 
-class Warnings:
+class Warnings(metaclass=ErrorsWithCodes):
     W001 = "{count} gold concept ids were not found in the knowledge base and were skipped (e.g. {examples})."
     W002 = "{count} entities longer than {max_chars} characters were truncated before encoding."
 

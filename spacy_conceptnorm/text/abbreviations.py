@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from spacy.language import Language
 from spacy.pipeline import Pipe
 from spacy.tokens import Doc, Span
+from spacy.vocab import Vocab
 
 from ..errors import ConceptNormError, Errors
 
@@ -206,7 +207,7 @@ class AbbreviationResolver(Pipe):
 
     def __init__(
         self,
-        nlp: Language,
+        vocab: Vocab,
         name: str = "abbreviation_resolver",
         *,
         detector: str = "schwartz_hearst",
@@ -215,7 +216,7 @@ class AbbreviationResolver(Pipe):
     ) -> None:
         """Initialize the component.
 
-        nlp (Language): The shared pipeline.
+        vocab (Vocab): The shared vocabulary.
         name (str): The component instance name.
         detector (str): "schwartz_hearst" (pure Python) or "ab3p" (needs the pyab3p package).
         propagate (bool): Expand every occurrence of a short form in the doc, not only the one in the definition.
@@ -227,6 +228,7 @@ class AbbreviationResolver(Pipe):
             raise ConceptNormError(Errors.E401.format(detector=detector, choices=sorted(DETECTORS)))
         if detector == "ab3p":
             _ab3p()  # fail now, not on the first doc, when pyab3p is missing
+        self.vocab = vocab
         self.name = name
         self.detector = detector
         self.propagate = propagate
@@ -288,7 +290,7 @@ def make_abbreviation_resolver(
 ) -> AbbreviationResolver:
     """Create an AbbreviationResolver (see its docstring for the settings)."""
     return AbbreviationResolver(
-        nlp, name, detector=detector, propagate=propagate, expand_undefined_uppercase=expand_undefined_uppercase
+        nlp.vocab, name, detector=detector, propagate=propagate, expand_undefined_uppercase=expand_undefined_uppercase
     )
 
 

@@ -12,8 +12,11 @@ from dataclasses import asdict, dataclass
 
 from spacy.util import registry
 
+from ..errors import ConceptNormError, Errors
+
 _PUNCT = re.compile(r"[^\w\s]|_")
 _SPACE = re.compile(r"\s+")
+UNICODE_FORMS = ("NFC", "NFD", "NFKC", "NFKD")
 
 
 @dataclass(frozen=True)
@@ -30,6 +33,10 @@ class TextNormalizer:
     strip_accents: bool = True
     strip_punctuation: bool = True
     unicode_form: str = "NFKC"
+
+    def __post_init__(self) -> None:
+        if self.unicode_form not in UNICODE_FORMS:
+            raise ConceptNormError(Errors.E009.format(choices=UNICODE_FORMS, value=self.unicode_form))
 
     def __call__(self, text: str) -> str:
         text = unicodedata.normalize(self.unicode_form, text)
