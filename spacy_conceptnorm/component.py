@@ -330,9 +330,11 @@ class ConceptNormalizer(Pipe):
         docs = list(docs)
         layout = [[(ent, self._queries(ent)) for ent in self._entities(doc)] for doc in docs]
         texts, contexts = [], []
-        for doc_q in layout:
+        with_context = self.linker.needs_context  # Doc.text joins every token: 43% of linking time otherwise
+        for doc, doc_q in zip(docs, layout):
+            doc_text = doc.text if with_context and doc_q else ""
             for ent, ent_q in doc_q:
-                context = _context(ent)
+                context = _context(ent, doc_text) if with_context else ""
                 for part_q in ent_q:
                     texts.extend(part_q)
                     contexts.extend(context for _ in part_q)
@@ -606,9 +608,10 @@ def _preference(found: tuple[str, Match]) -> tuple[float, float]:
     return (match.confidence, match.score)
 
 
-def _context(ent: Span) -> str:
-    """The mention in a window of its document, marked with brackets: "... left [mention] right ..."."""
-    text = ent.doc.text
+def _context(ent: Span, text: str | None = None) -> str:
+    """The mention in a window of its document (`text`, the doc's text if given), marked with brackets:
+    "... left [mention] right ..."."""
+    text = ent.doc.text if text is None else text
     left = text[max(0, ent.start_char - CONTEXT_CHARS) : ent.start_char]
     right = text[ent.end_char : ent.end_char + CONTEXT_CHARS]
     return f"{left}[{ent.text}]{right}"

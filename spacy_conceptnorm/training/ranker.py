@@ -66,6 +66,7 @@ def _queries(nlp: Language, normalizer: ConceptNormalizer, docs: list[Doc]) -> l
     out = []
     for gold_doc, doc in zip(docs, processed):
         by_offsets = {(e.start_char, e.end_char): e for e in doc.ents}
+        doc_text = doc.text
         for gold in gold_doc.ents:
             ids = gold_ids(gold.kb_id_) if gold.kb_id_ and gold.kb_id_ != NIL else []
             cid = kb.resolve(ids[0]) if len(ids) == 1 else None
@@ -76,7 +77,7 @@ def _queries(nlp: Language, normalizer: ConceptNormalizer, docs: list[Doc]) -> l
             if len(parts) != 1:
                 continue
             for text in parts[0]:
-                out.append((text, _context(ent), {cid}))
+                out.append((text, _context(ent, doc_text), {cid}))
     return out
 
 
