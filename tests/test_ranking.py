@@ -290,12 +290,14 @@ class ShareOfLetters(PairScorer):
 
     def __init__(self):
         self.factor = 1.0
+        self.contexts: list[str] = []  # what the linker passed, to check it
 
     def fit(self, groups, dev=None, *, seed=0, log=print):
         self.factor = 2.0
         return FitReport(0.0, 1)
 
     def score(self, mentions, names, contexts=None):
+        self.contexts.extend(contexts or [])
         return [
             np.array([self.factor * len(set(m.lower()) & set(n.lower())) / max(1, len(set(m))) for n in ns])
             for m, ns in zip(mentions, names)
@@ -329,3 +331,10 @@ def test_pair_scorer_column_is_trained_saved_and_loaded(train_docs, test_docs, k
     loaded = spacy.load(tmp_path / "p").get_pipe("concept_normalizer")
     assert loaded.ranker.scorers["letters"].factor == 2.0
     assert np.allclose(loaded.ranker.weights["coef"], normalizer.ranker.weights["coef"])
+    # a pair scorer gets each mention in its window of the document, marked with brackets
+    doc = nlp.make_doc("Patients with colorectal tumours were seen.")
+    doc.ents = [Span(doc, 2, 4, "Disease")]
+    scorer = normalizer.ranker.scorers["letters"]
+    scorer.contexts.clear()
+    normalizer(doc)
+    assert "Patients with [colorectal tumours] were seen." in scorer.contexts
