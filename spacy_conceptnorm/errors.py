@@ -105,6 +105,15 @@ class Errors(metaclass=ErrorsWithCodes):
         "got {tp} and {out}. Use more dev data or a larger holdout."
     )
     E907 = "holdout must be a fraction strictly between 0 and 1, got {value!r}."
+    # term clustering (cluster command)
+    E950 = "{name} must be a cosine in [-1, 1], got {value!r}."
+    E951 = "top_m must be a positive integer (neighbours searched per term), got {value!r}."
+    E952 = "{path} holds {what}: nothing to cluster."
+    E953 = "{path}:{line}: not an `annotate` JSONL record with an 'entities' list ({detail}): {text!r}"
+    E954 = "Unknown clustering input format {fmt!r}; choose one of {choices}."
+    E955 = "Unknown policy for names of several concepts {value!r}; choose one of {choices}."
+    E956 = "Gold labels and terms differ in number: {gold} labels for {n} terms."
+    E957 = "Terms file not found: {path}"
 
 
 class Warnings(metaclass=ErrorsWithCodes):
