@@ -34,7 +34,7 @@ from .consistency import make_consistent
 from .encoder import PACKAGED_MODEL, NameEncoder
 from .errors import ConceptNormError, Errors, Warnings
 from .index import INDEX_TYPES, VectorIndex
-from .kb import DOMAIN, SOURCE_BITS, KnowledgeBase
+from .kb import DOMAIN, SOURCE_BITS, KnowledgeBase, checked_pairs
 from .ranking.lexical import LexicalIndex
 from .ranking.linker import Linker
 from .ranking.ranker import Ranker
@@ -253,21 +253,34 @@ class ConceptNormalizer(Pipe):
             self.searcher.threshold = self.cfg["threshold"] = threshold
 
     def add_synonyms(self, pairs: Iterable[tuple[str, str]]) -> list[str]:
-        """Add domain synonyms, searched at once (no retraining).
+        """Add domain synonyms, searched at once (no retraining). All or nothing: a bad item (ConceptNormError
+        naming it) or a failure to encode the new names leaves the component as it was. A pair that is already a
+        domain synonym is counted, so that `remove_synonyms` of it undoes this call and keeps the original.
 
         pairs (Iterable[Tuple[str, str]]): (text, concept id) pairs; the id may be any id of the concept.
         RETURNS (List[str]): Concept ids that are not in the knowledge base (those pairs were skipped).
         """
-        new, unknown = self._require_searcher().kb.add_names(pairs, DOMAIN)
-        self.searcher.add_names(new, DOMAIN)
+        kb = self._require_searcher().kb
+        pairs = checked_pairs(pairs)
+        restore = kb.saved_names(text for text, _ in pairs)
+        new, unknown = kb.add_names(pairs, DOMAIN, repeats=True)
+        try:
+            self.searcher.add_names(new, DOMAIN)
+        except BaseException:
+            restore()
+            raise
         self.linker.changed()
         return unknown
 
-    def remove_synonyms(self, pairs: Iterable[tuple[str, str | None]]) -> None:
-        """Remove domain synonyms at once. A concept id of None removes the text for every concept."""
-        self._require_searcher()
-        pairs = [p if isinstance(p, (tuple, list)) else (p, None) for p in pairs]
-        self.searcher.remove_names(self.kb.remove_names(pairs, DOMAIN), DOMAIN)
+    def remove_synonyms(self, pairs: Iterable[tuple[str, str | None] | str]) -> None:
+        """Remove domain synonyms at once. A concept id of None (or a bare text) removes the text for every
+        concept. A pair added again by `add_synonyms` while it was already there loses that addition only. Every
+        item is checked first: a bad one raises ConceptNormError naming it and changes nothing.
+
+        pairs (Iterable[Union[Tuple[str, Optional[str]], str]]): (text, concept id or None) pairs, or texts.
+        """
+        kb = self._require_searcher().kb
+        self.searcher.remove_names(kb.remove_names(checked_pairs(pairs, allow_none=True), DOMAIN, repeats=True), DOMAIN)
         self.linker.changed()
 
     @contextmanager
@@ -276,11 +289,15 @@ class ConceptNormalizer(Pipe):
         mentions that are domain synonyms themselves). Yields the pairs that were taken out."""
         kb = self.kb
         hidden = sorted({(n, c) for n, c in pairs if c in kb.concepts_for(n, SOURCE_BITS[DOMAIN])})
-        self.remove_synonyms(hidden)
+        restore = kb.saved_names(n for n, _ in hidden)  # the repeat counts too
+        self.searcher.remove_names(kb.remove_names(hidden, DOMAIN), DOMAIN)
+        self.linker.changed()
         try:
             yield hidden
         finally:
-            self.add_synonyms(hidden)
+            self.searcher.add_names(kb.add_names(hidden, DOMAIN)[0], DOMAIN)
+            restore()
+            self.linker.changed()
 
     # --- linking ------------------------------------------------------------------------------------------------
     def __call__(self, doc: Doc) -> Doc:

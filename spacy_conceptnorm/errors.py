@@ -114,11 +114,31 @@ class Errors(metaclass=ErrorsWithCodes):
     E955 = "Unknown policy for names of several concepts {value!r}; choose one of {choices}."
     E956 = "Gold labels and terms differ in number: {gold} labels for {n} terms."
     E957 = "Terms file not found: {path}"
+    # reliability (issue 15): checksums, corrupt files, synonyms, annotate's output
+    E980 = (
+        "{path} is truncated or corrupt: its checksum (sha256) differs from the one recorded in {manifest} when "
+        "the pipeline was saved. Restore the file or save the pipeline again (or set "
+        "SPACY_CONCEPTNORM_SKIP_CHECKSUMS=1 to load without checking)."
+    )
+    E981 = "{path} was saved with checksums but its checksum list {manifest} is {problem}."
+    E982 = "Cannot read {path}: {detail}."
+    E983 = (
+        "{path} holds no concept (format {fmt!r}): an empty knowledge base would link every mention to NIL. "
+        "Check the file, its format and filters."
+    )
+    E985 = "Synonyms to remove must be texts or (text, concept_id or None) pairs, got {item!r}."
+    E986 = "Cannot write the output {path}: {detail}."
+    E987 = (
+        "An `annotate` worker process failed: {detail}. The documents finished before it are in {path}; "
+        "run the command again to resume."
+    )
 
 
 class Warnings(metaclass=ErrorsWithCodes):
     W001 = "{count} gold concept ids were not found in the knowledge base and were skipped (e.g. {examples})."
     W002 = "{count} entities longer than {max_chars} characters were truncated before encoding."
+    # reliability (issue 15)
+    W980 = "composite_splitter: the entity {text!r} could not be split ({error}); it is linked whole."
 
 
 class ConceptNormError(ValueError):

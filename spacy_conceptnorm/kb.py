@@ -13,7 +13,7 @@ scispacy-compatible JSONL, OBO and UMLS MRCONSO.RRF.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -76,6 +76,9 @@ class KnowledgeBase:
         self.concepts: dict[str, Concept] = {}
         self._names: dict[str, NameEntry] = {}
         self._ids: dict[str, str] = {}  # every id variant -> concept id
+        # (name, concept id, source bit) -> times the link was given again while present (`add_names(repeats=True)`):
+        # removing it then takes one back, so adding and removing a pair that was already there keeps it
+        self._repeats: dict[tuple[str, str, int], int] = {}
 
     # --- concepts and ids -------------------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -129,30 +132,40 @@ class KnowledgeBase:
         entry.concepts[concept_id] = entry.concepts.get(concept_id, 0) | bit
         return not had_source
 
-    def add_names(self, pairs: Iterable[tuple[str, str]], source: str = DOMAIN) -> tuple[list[str], list[str]]:
-        """Link (name, concept id) pairs under `source`, effective at once.
+    def add_names(
+        self, pairs: Iterable[tuple[str, str]], source: str = DOMAIN, repeats: bool = False
+    ) -> tuple[list[str], list[str]]:
+        """Link (name, concept id) pairs under `source`, effective at once. Every pair is checked before any is
+        applied, so a bad item changes nothing.
 
         pairs (Iterable[Tuple[str, str]]): Names and the ids of the concepts they denote (any id of the concept).
         source (str): `domain` or `ontology`.
+        repeats (bool): Count a pair that is already linked, so that `remove_names(..., repeats=True)` takes
+            that count back before the link itself.
         RETURNS (Tuple[List[str], List[str]]): The normalized names that are new for this source, and the
             concept ids that were not found (those pairs are skipped).
         """
-        pairs = list(pairs)
-        for pair in pairs:  # all checked before any is applied: a bad item changes nothing
-            if not (isinstance(pair, (tuple, list)) and len(pair) == 2 and all(isinstance(x, str) for x in pair)):
-                raise ConceptNormError(Errors.E303.format(item=pair))
+        pairs = checked_pairs(pairs)
+        bit = SOURCE_BITS[source]
         new, unknown = [], []
         for name, concept_id in pairs:
             resolved = self.resolve(concept_id)
+            key = self.normalizer(name)
             if resolved is None:
                 unknown.append(concept_id)
+            elif repeats and resolved in self.concepts_for(key, bit):
+                self._repeats[(key, resolved, bit)] = self._repeats.get((key, resolved, bit), 0) + 1
             elif self._link(name, resolved, source):
-                new.append(self.normalizer(name))
+                new.append(key)
         return new, unknown
 
-    def remove_names(self, pairs: Iterable[tuple[str, str]], source: str = DOMAIN) -> list[str]:
+    def remove_names(
+        self, pairs: Iterable[tuple[str, str | None]], source: str = DOMAIN, repeats: bool = False
+    ) -> list[str]:
         """Unlink (name, concept id) pairs from `source`; a concept id of None unlinks the name from every
-        concept under that source. Returns the normalized names that no longer have any concept in `source`."""
+        concept under that source. With `repeats`, a link added again (`add_names(..., repeats=True)`) loses one
+        repeat instead. Returns the normalized names that no longer have any concept in `source`."""
+        pairs = checked_pairs(pairs, allow_none=True)
         bit = SOURCE_BITS[source]
         gone = []
         for name, concept_id in pairs:
@@ -162,7 +175,11 @@ class KnowledgeBase:
                 continue
             targets = list(entry.concepts) if concept_id is None else [self.resolve(concept_id)]
             for cid in targets:
-                if cid in entry.concepts:
+                count = self._repeats.pop((key, cid, bit), 0)
+                if repeats and concept_id is not None and count:
+                    if count > 1:
+                        self._repeats[(key, cid, bit)] = count - 1
+                elif cid in entry.concepts:
                     entry.concepts[cid] &= ~bit
                     if not entry.concepts[cid]:
                         del entry.concepts[cid]
@@ -171,6 +188,23 @@ class KnowledgeBase:
             if not entry.concepts:
                 del self._names[key]
         return gone
+
+    def saved_names(self, names: Iterable[str]) -> Callable[[], None]:
+        """A copy of the entries of some names (and of the repeat counts): calling the returned function puts
+        them back as they are now, e.g. to undo an `add_names` whose vectors could not be made."""
+        keys = {self.normalizer(n) for n in names}
+        saved = {k: NameEntry(e.surface, dict(e.concepts)) if (e := self._names.get(k)) else None for k in keys}
+        repeats = dict(self._repeats)
+
+        def restore() -> None:
+            for key, entry in saved.items():
+                if entry is None:
+                    self._names.pop(key, None)
+                else:
+                    self._names[key] = entry
+            self._repeats = repeats
+
+        return restore
 
     def names(self, source: str | None = None) -> list[str]:
         """Normalized names, in insertion order; only those given by `source` when it is set."""
@@ -207,6 +241,7 @@ class KnowledgeBase:
                 for c in self.concepts.values()
             ],
             "names": [[k, e.surface, list(e.concepts.items())] for k, e in self._names.items()],
+            "repeats": [[*link, count] for link, count in self._repeats.items()],
         }
         write_msgpack(path, data)
 
@@ -224,6 +259,7 @@ class KnowledgeBase:
                         kb._ids.setdefault(variant, cid)
             for key, surface, links in data["names"]:
                 kb._names[key] = NameEntry(surface, {cid: bits for cid, bits in links})
+            kb._repeats = {(key, cid, int(bit)): int(n) for key, cid, bit, n in data.get("repeats", [])}
         except (KeyError, TypeError, ValueError) as e:
             raise ConceptNormError(Errors.E004.format(path=path, detail=f"{type(e).__name__}: {e}")) from None
         return kb
@@ -236,6 +272,22 @@ class KnowledgeBase:
         for concept, synonyms in records:
             kb.add_concept(concept, synonyms)
         return kb
+
+
+def checked_pairs(pairs: Iterable[tuple[str, str | None]], allow_none: bool = False) -> list[tuple[str, str | None]]:
+    """The pairs as a list of (text, concept id) tuples; ConceptNormError naming the first item that is not one.
+    With `allow_none`, the concept id may be None and an item may be a bare text (meaning (text, None))."""
+    out = []
+    if isinstance(pairs, (str, bytes)) or not isinstance(pairs, Iterable):
+        raise ConceptNormError((Errors.E985 if allow_none else Errors.E303).format(item=pairs))
+    for pair in pairs:
+        if allow_none and isinstance(pair, str):
+            pair = (pair, None)
+        ok = isinstance(pair, (tuple, list)) and len(pair) == 2 and isinstance(pair[0], str)
+        if not (ok and (isinstance(pair[1], str) or (allow_none and pair[1] is None))):
+            raise ConceptNormError((Errors.E985 if allow_none else Errors.E303).format(item=pair))
+        out.append((pair[0], pair[1]))
+    return out
 
 
 def _merged(a: tuple[str, ...], b: Iterable[str], exclude: str | None = None) -> tuple[str, ...]:

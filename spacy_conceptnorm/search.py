@@ -107,6 +107,7 @@ class SieveSearcher:
         self.index_config = dict(index or {})
         self.rows: dict[str, int] = {}  # normalized name -> row of `vectors`
         self.row_names: list[str | None] = []
+        self._freed: dict[str, int] = {}  # removed name -> its free row, whose vector is kept until taken
         self.vectors = np.zeros((0, 0), dtype=np.float32)
         self.indexes: dict[str, VectorIndex] = {}
         self._concept_indexes: dict[str, tuple[list[str], VectorIndex]] = {}
@@ -135,6 +136,7 @@ class SieveSearcher:
         self.vectors = self.encoder.encode(names, progress=progress)
         self.rows = {name: i for i, name in enumerate(names)}
         self.row_names = list(names)
+        self._freed = {}
         self.indexes = {}
         for source in (ONTOLOGY, DOMAIN):
             rows = np.array([self.rows[n] for n in self.kb.names(source)], dtype=np.int64)
@@ -147,21 +149,41 @@ class SieveSearcher:
         return self.indexes[source]
 
     def add_names(self, names: Iterable[str], source: str) -> None:
-        """Index normalized names (already linked in the KB) under `source`, encoding those not seen before."""
+        """Index normalized names (already linked in the KB) under `source`, encoding those not seen before. New
+        names take the rows freed by removed names first, so adding and removing names does not grow `vectors`."""
         names = list(dict.fromkeys(names))
         if not names:
             return
+        for name in names:  # removed earlier and its row still free: its vector is still there
+            row = self._freed.pop(name, None) if name not in self.rows else None
+            if row is not None:
+                self.rows[name], self.row_names[row] = row, name
         unseen = [n for n in names if n not in self.rows]
         if unseen:
-            start = len(self.row_names)
             new = self.encoder.encode(unseen)
-            self.vectors = np.vstack([self.vectors, new]) if start else new
-            for i, name in enumerate(unseen):
-                self.rows[name] = start + i
-            self.row_names.extend(unseen)
+            free = self._free_rows()[: len(unseen)]
+            taken = set(free)
+            self._freed = {n: r for n, r in self._freed.items() if r not in taken}
+            start = len(self.row_names)
+            rows = free + list(range(start, start + len(unseen) - len(free)))
+            if len(rows) > len(free):
+                grown = np.zeros((rows[-1] + 1, new.shape[1]), dtype=np.float32)
+                if len(self.vectors):
+                    grown[: len(self.vectors)] = self.vectors
+                self.vectors = grown
+                self.row_names.extend([None] * (len(rows) - len(free)))
+            self.vectors[rows] = new
+            for row, name in zip(rows, unseen):
+                self.rows[name] = row
+                self.row_names[row] = name
         rows = np.array([self.rows[n] for n in names], dtype=np.int64)
         self._index(source).add(rows, self.vectors[rows])
         self._changed()
+
+    def _free_rows(self) -> list[int]:
+        """Rows of removed names that no index still holds (an HNSW index only hides removed rows)."""
+        hidden = set().union(*(set(index.removed) for index in self.indexes.values()))
+        return [i for i, name in enumerate(self.row_names) if name is None and i not in hidden]
 
     def remove_names(self, names: Iterable[str], source: str) -> None:
         """Drop normalized names that no longer have any concept under `source` from that source's index."""
@@ -171,7 +193,8 @@ class SieveSearcher:
         self._index(source).remove(np.array([self.rows[n] for n in names], dtype=np.int64))
         for name in names:
             if not self.kb.concepts_for(name):  # gone from the KB entirely: free its row
-                self.row_names[self.rows.pop(name)] = None
+                self._freed[name] = self.rows.pop(name)
+                self.row_names[self._freed[name]] = None
         self._changed()
 
     def _changed(self) -> None:
@@ -345,6 +368,7 @@ class SieveSearcher:
         self.vectors = vectors
         self.row_names = data["row_names"]
         self.rows = {name: i for i, name in enumerate(self.row_names) if name is not None}
+        self._freed = {}
         missing = [n for n in self.kb.names() if n not in self.rows]
         if missing or len(self.rows) != len(self.kb.names()):
             raise ConceptNormError(

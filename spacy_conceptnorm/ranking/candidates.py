@@ -73,6 +73,7 @@ class CandidateGenerator:
         self.searcher = searcher
         self.lexical_k = lexical_k
         self.lexical = lexical
+        self.indexed: list[str | None] | None = None  # the row names the lexical index holds
         self._concept_rows: dict[str, tuple[np.ndarray, np.ndarray]] | None = None
         self._row_concepts: list[list[str]] | None = None
         self.counts: dict[str, int] = {}  # concept id -> annotated training mentions (the ranker's prior)
@@ -80,13 +81,20 @@ class CandidateGenerator:
     def build(self) -> None:
         """Fit the lexical index on the searcher's names (rows aligned)."""
         self.lexical = LexicalIndex().fit(self.searcher.row_names)
+        self.indexed = list(self.searcher.row_names)
         self.changed()
 
     def sync(self) -> None:
-        """Index names the searcher gained since the lexical index was built (`add_synonyms`)."""
-        missing = self.searcher.row_names[len(self.lexical) :]
-        if missing:
-            self.lexical.add(missing)
+        """Follow the searcher's rows since the lexical index was built or synced (`add_synonyms` and
+        `remove_synonyms`): new rows are added, rows that changed name (freed, or taken by a new name) replaced."""
+        names = self.searcher.row_names
+        if self.indexed is None:  # loaded: the saved lexical index was in step with the saved rows
+            self.indexed = list(names[: len(self.lexical)])
+        changed = [i for i, (old, new) in enumerate(zip(self.indexed, names)) if old != new]
+        self.lexical.replace(changed, [names[i] for i in changed])
+        if len(names) > len(self.indexed):
+            self.lexical.add(names[len(self.indexed) :])
+        self.indexed = list(names)
         self.changed()
 
     def changed(self) -> None:

@@ -75,6 +75,26 @@ class LexicalIndex:
         self._tokens_t = sparse.hstack([old, tokens.T]).tocsr()
         self._token_counts = np.concatenate([self._token_counts, np.asarray(tokens.sum(axis=1)).ravel()])
 
+    def replace(self, rows: Sequence[int], names: Sequence[str | None]) -> None:
+        """Index other names in existing rows (rows of removed names taken by new ones; None empties a row)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        if not len(rows):
+            return
+        n = len(self)
+        keep = np.ones(n, dtype=np.float32)
+        keep[rows] = 0
+        # (k x n) matrix moving the k new columns to their rows; the old columns there are zeroed
+        place = sparse.csr_matrix((np.ones(len(rows), np.float32), (np.arange(len(rows)), rows)), shape=(len(rows), n))
+        texts = [name or "" for name in names]
+        self._tfidf_t = (self._tfidf_t @ sparse.diags(keep) + self.tfidf.transform(texts).T @ place).tocsr()
+        tokens = self._token_matrix(texts, grow=True)
+        old = self._tokens_t
+        old = sparse.vstack([old, sparse.csr_matrix((tokens.shape[1] - old.shape[0], n))]).tocsr()
+        self._tokens_t = (old @ sparse.diags(keep) + tokens.T @ place).tocsr()
+        self._tokens_t.eliminate_zeros()
+        self._tfidf_t.eliminate_zeros()
+        self._token_counts[rows] = np.asarray(tokens.sum(axis=1)).ravel()
+
     def scores(self, queries: Sequence[str]) -> dict[str, np.ndarray | sparse.csr_matrix]:
         """(len(queries) x len(self)) matrices against every name: "tfidf" (cosine; dense, since character
         n-grams touch most names), and, sparse since they are zero wherever no token is shared, "jaccard" and the
@@ -122,7 +142,7 @@ class LexicalIndex:
         self.vocabulary = {str(k): int(v) for k, v in msg["token_vocabulary"].items()}
         self._tfidf_t = _csr(msg["tfidf_t"])
         self._tokens_t = _csr(msg["tokens_t"])
-        self._token_counts = np.asarray(msg["token_counts"], dtype=np.float32)
+        self._token_counts = np.array(msg["token_counts"], dtype=np.float32)  # a writable copy
         return self
 
 

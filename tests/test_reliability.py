@@ -1,0 +1,106 @@
+"""Issue 15: silent wrong results, lost data, crashes and hangs, each with its reproducer. Built on the trigram test
+encoder (fast) unless a test needs the real one."""
+
+import numpy as np
+import pytest
+import spacy
+from spacy.language import Language
+from spacy.training import Example
+
+from spacy_conceptnorm.errors import ConceptNormError
+from spacy_conceptnorm.kb import DOMAIN, SOURCE_BITS, load_kb
+
+from .conftest import FIXTURES
+from .fake_encoder import TrigramEncoder
+
+ENCODER = {"@misc": "test_reliability.trigram_encoder.v1"}
+
+
+@spacy.registry.misc("test_reliability.trigram_encoder.v1")
+def trigram_encoder() -> TrigramEncoder:
+    return TrigramEncoder()
+
+
+@pytest.fixture
+def nlp(train_docs) -> Language:
+    nlp = spacy.blank("en")
+    normalizer = nlp.add_pipe("concept_normalizer", config={"encoder": ENCODER})
+    normalizer.initialize(
+        lambda: [Example(d, d) for d in train_docs], nlp=nlp, kb=load_kb(FIXTURES / "medic_sample.txt")
+    )
+    return nlp
+
+
+def link(nlp: Language, text: str) -> tuple[str, list]:
+    doc = nlp.make_doc(text)
+    doc.ents = [doc.char_span(0, len(text), label="Disease")]
+    ent = nlp(doc).ents[0]
+    return ent.kb_id_, ent._.kb_ents
+
+
+# --- 1. add_synonyms / remove_synonyms -------------------------------------------------------------------------
+def test_a_bad_synonym_or_a_failed_encoding_changes_nothing_and_later_saves_load(nlp, tmp_path, monkeypatch):
+    normalizer = nlp.get_pipe("concept_normalizer")
+    rows = len(normalizer.searcher.row_names)
+    with pytest.raises(ConceptNormError, match=r"\[E303\].*None"):
+        normalizer.add_synonyms([("zzq new text", "D001943"), None])
+    monkeypatch.setattr(normalizer.encoder, "encode", lambda texts, **kw: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        normalizer.add_synonyms([("zzq other text", "D001943")])
+    monkeypatch.undo()
+    kb = normalizer.kb
+    assert kb.concepts_for("zzq new text") == [] == kb.concepts_for("zzq other text")
+    assert len(normalizer.searcher.row_names) == rows
+    for bad in ([None], [("a", "b", "c")], [(1, "D001943")], [("a", 5)], "breast cancer"):
+        with pytest.raises(ConceptNormError, match=r"\[E985\]"):
+            normalizer.remove_synonyms(bad)
+    nlp.to_disk(tmp_path / "pipeline")
+    assert len(spacy.load(tmp_path / "pipeline").get_pipe("concept_normalizer").kb) == len(kb)
+
+
+def test_adding_then_removing_a_domain_synonym_keeps_the_original(nlp):
+    normalizer = nlp.get_pipe("concept_normalizer")
+    kb = normalizer.kb
+    name = kb.names(DOMAIN)[0]
+    concept = kb.concepts_for(name, SOURCE_BITS[DOMAIN])[0]
+    normalizer.add_synonyms([(name, concept)])
+    normalizer.remove_synonyms([(name, concept)])
+    assert concept in kb.concepts_for(name, SOURCE_BITS[DOMAIN])  # the original stays
+    normalizer.remove_synonyms([(name, concept)])
+    assert concept not in kb.concepts_for(name, SOURCE_BITS[DOMAIN])
+    with normalizer.synonyms_hidden([]):
+        pass
+
+
+def test_add_remove_cycles_reuse_the_rows_of_removed_names(nlp, tmp_path):
+    normalizer = nlp.get_pipe("concept_normalizer")
+    searcher, generator = normalizer.searcher, normalizer.linker.generator
+    rows = len(searcher.row_names)
+    for cycle in range(3):
+        pairs = [(f"zzq cycle {cycle} name {i}", "D001943") for i in range(40)]
+        normalizer.add_synonyms(pairs)
+        assert link(nlp, pairs[0][0])[0] == "D001943"
+        # the lexical index follows rows taken over by new names
+        row = searcher.rows[f"zzq cycle {cycle} name 7"]
+        assert generator.lexical.scores([f"zzq cycle {cycle} name 7"])["tfidf"][0, row] == pytest.approx(1.0)
+        normalizer.remove_synonyms(pairs)
+    assert len(searcher.row_names) == len(searcher.vectors) == len(generator.lexical) == rows + 40
+    normalizer.add_synonyms([("zzq cycle 0 name 3", "D001943")])
+    nlp.to_disk(tmp_path / "pipeline")
+    loaded = spacy.load(tmp_path / "pipeline")
+    assert link(loaded, "zzq cycle 0 name 3") == link(nlp, "zzq cycle 0 name 3")
+    assert link(loaded, "zzq cycle 2 name 3")[0] == link(nlp, "zzq cycle 2 name 3")[0]
+
+
+def test_hidden_synonyms_come_back_with_their_vectors(nlp):
+    normalizer = nlp.get_pipe("concept_normalizer")
+    searcher = normalizer.searcher
+    name = next(n for n in normalizer.kb.names(DOMAIN) if normalizer.kb.concepts_for(n) and not
+                normalizer.kb.concepts_for(n, SOURCE_BITS["ontology"]))  # fmt: skip
+    concept = normalizer.kb.concepts_for(name)[0]
+    before = searcher.vectors[searcher.rows[name]].copy()
+    calls = len(normalizer.encoder.calls)
+    with normalizer.synonyms_hidden([(name, concept)]) as hidden:
+        assert hidden == [(name, concept)] and name not in searcher.rows
+    assert np.array_equal(searcher.vectors[searcher.rows[name]], before)
+    assert len(normalizer.encoder.calls) == calls  # nothing re-encoded
