@@ -43,6 +43,33 @@ def train(
     run_training(config, output, parse_config_overrides(ctx.args), resume=resume)
 
 
+@app.command("train-bne")
+def train_bne(
+    kb: Path = typer.Argument(..., help="Ontology file (load_kb formats) or saved .kb whose synonym sets train BNE"),
+    output: Path = typer.Argument(..., help="Encoder directory to write (replaced whole once trained)"),
+    vectors: Path = typer.Option(None, "--vectors", help="word2vec text-format word vectors (default: train them)"),
+    text: list[Path] = typer.Option([], "--text", help="PubTator file(s) whose text trains the word vectors"),
+    ctd: Path = typer.Option(None, "--ctd", help="CTD diseases TSV whose definitions join the word-vector text"),
+    dev: Path = typer.Option(None, "--dev", help="PubTator file: keep the epoch with the best nearest-name Acc@1"),
+    epochs: int = typer.Option(3, "--epochs", help="Passes over the (name, concept) pairs"),
+    pairs_per_epoch: int = typer.Option(0, "--pairs-per-epoch", help="Anchor names per epoch (0: all)"),
+    holdout: int = typer.Option(1000, "--holdout", help="Concepts left out for the closeness evaluation"),
+    seed: int = typer.Option(0, "--seed", help="Seed of the held-out split, batches and initialization"),
+    threads: int = typer.Option(1, "--threads", help="torch threads"),
+    save_vectors: Path = typer.Option(None, "--save-vectors", help="Also write the trained word vectors here"),
+) -> None:
+    """Train the BNE name encoder (Phan et al. 2019) on a dictionary's synonym sets; load it with
+    spacy_conceptnorm.bne.BNEEncoder.load(OUTPUT) or @misc = "spacy_conceptnorm.bne_encoder.v1"."""
+    import torch
+
+    from .bne.train import TrainConfig, train_from_files
+
+    torch.set_num_threads(threads)
+    config = TrainConfig(epochs=epochs, pairs_per_epoch=pairs_per_epoch, holdout=holdout, seed=seed)
+    report = train_from_files(kb, output, config, vectors, text, ctd, dev, save_vectors, log=typer.echo)
+    typer.echo(f"trained in {report['train_seconds']} s -> {output}")
+
+
 @app.command("preprocess")
 def preprocess(
     sources: list[Path] = typer.Argument(

@@ -114,6 +114,15 @@ class Errors(metaclass=ErrorsWithCodes):
     E955 = "Unknown policy for names of several concepts {value!r}; choose one of {choices}."
     E956 = "Gold labels and terms differ in number: {gold} labels for {n} terms."
     E957 = "Terms file not found: {path}"
+    # BNE name encoder (spacy_conceptnorm.bne)
+    E960 = "Cannot load the BNE encoder: {path} {detail}."
+    E961 = "{path}: not a word2vec text file of word vectors ({detail})."
+    E962 = "BNE training needs concepts with two or more names; {what} has none (after the held-out concepts)."
+    E963 = (
+        "Training word vectors needs gensim: pip install gensim (or 'spacy-conceptnorm[bne]'), or give "
+        "--vectors with word2vec text-format vectors."
+    )
+    E964 = "{name} must be {expected}, got {value!r}."
     # reliability (issue 15): checksums, corrupt files, synonyms, annotate's output
     E980 = (
         "{path} is truncated or corrupt: its checksum (sha256) differs from the one recorded in {manifest} when "
