@@ -17,7 +17,6 @@ import tempfile
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +26,7 @@ from spacy.pipeline import Pipe
 from spacy.scorer import Scorer
 from spacy.tokens import Doc, Span
 from spacy.training import Example, validate_get_examples
-from spacy.util import SimpleFrozenList, from_dict, from_disk, minibatch, to_bytes, to_disk
+from spacy.util import SimpleFrozenList, from_disk, minibatch, to_disk
 from spacy.vocab import Vocab
 
 from .consistency import make_consistent
@@ -40,7 +39,16 @@ from .ranking.linker import Linker
 from .ranking.ranker import Ranker
 from .scoring import NIL, gold_ids, score_linking
 from .search import Match, SieveSearcher
-from .util import atomic_open, read_json, write_dir_atomically, write_json
+from .util import (
+    CHECKSUMS,
+    atomic_open,
+    checksums_skipped,
+    read_json,
+    verify_checksums,
+    write_checksums,
+    write_dir_atomically,
+    write_json,
+)
 
 MAX_MENTION_CHARS = 1000  # longer entities are cut before normalization; names are at most ~25 tokens anyway
 LONG_FORM_MODES = ("best", "long", "mention")
@@ -422,15 +430,16 @@ class ConceptNormalizer(Pipe):
         (with their checksum), and the second stage (ranker weights, confidence model, lexical index, scorers)."""
         self._require_searcher()
         return {
-            "cfg": lambda p: write_json(p, {**self.cfg, "encoder": self.encoder.config()}),
+            "cfg": lambda p: write_json(p, {**self.cfg, "encoder": self.encoder.config(), "checksums": True}),
             "kb": lambda p: self.kb.to_disk(p),
             "searcher": lambda p: self.searcher.to_disk(p),
             "linker": lambda p: write_dir_atomically(p, self._write_linker),
         }
 
     def to_disk(self, path: str | Path, *, exclude: Iterable[str] = SimpleFrozenList()) -> None:
-        """Write the parts, and the encoder's weights when they come from a local directory. `spacy.load` then
-        gives identical predictions with no re-encoding.
+        """Write the parts, the encoder's weights when they come from a local directory, and `checksums.json`,
+        the sha256 of every file written, which loading checks. `spacy.load` then gives identical predictions
+        with no re-encoding.
 
         path (Union[str, Path]): The component's directory.
         exclude (Iterable[str]): Parts not to write ("cfg", "kb", "searcher", "linker", "encoder").
@@ -439,15 +448,21 @@ class ConceptNormalizer(Pipe):
         if self._saves_encoder():
             writers["encoder"] = lambda p: write_dir_atomically(p, self.encoder.save)
         to_disk(path, writers, exclude)
+        write_checksums(path)
 
     def to_bytes(self, *, exclude: Iterable[str] = SimpleFrozenList()) -> bytes:
-        """The parts in one bytestring, each in its disk format (see `_pack`), for `nlp.to_bytes()`. The encoder
-        travels by reference (its config): a local model directory must still be there for `from_bytes`.
+        """The files `to_disk` writes, as msgpack {relative path: content}, for `nlp.to_bytes()`: `from_bytes`
+        writes them back and loads them as `from_disk` does, with its checks. The encoder travels by reference
+        (its config): a local model directory must still be there for `from_bytes`.
 
         exclude (Iterable[str]): Parts to leave out ("cfg", "kb", "searcher", "linker").
         RETURNS (bytes): The serialized component.
         """
-        return to_bytes({key: partial(_pack, write) for key, write in self._writers().items()}, exclude)
+        with tempfile.TemporaryDirectory() as tmp:
+            root = Path(tmp) / "part"
+            self.to_disk(root, exclude=[*exclude, "encoder"])
+            files = sorted(p for p in root.rglob("*") if p.is_file())
+            return srsly.msgpack_dumps({p.relative_to(root).as_posix(): p.read_bytes() for p in files})
 
     def _write_linker(self, path: Path) -> None:
         """The second stage: ranker weights, confidence model, lexical index and trained pair scorers."""
@@ -476,7 +491,11 @@ class ConceptNormalizer(Pipe):
                 str(k): int(v) for k, v in models.get("counts", {}).items()
             }
             if (path / "lexical.msgpack").exists():
-                linker.generator.lexical = LexicalIndex().from_bytes((path / "lexical.msgpack").read_bytes())
+                try:
+                    linker.generator.lexical = LexicalIndex().from_bytes((path / "lexical.msgpack").read_bytes())
+                except Exception as e:  # msgpack, numpy and scipy raise several types on a damaged file
+                    detail = f"{type(e).__name__}: {e}"
+                    raise ConceptNormError(Errors.E004.format(path=path / "lexical.msgpack", detail=detail)) from None
                 linker.generator.sync()
             else:
                 linker.generator.build()
@@ -486,7 +505,8 @@ class ConceptNormalizer(Pipe):
         return linker
 
     def from_disk(self, path: str | Path, *, exclude: Iterable[str] = SimpleFrozenList()) -> "ConceptNormalizer":
-        """Load what `to_disk` wrote.
+        """Load what `to_disk` wrote, after checking every file against `checksums.json` (ConceptNormError naming
+        a file that is missing or differs; set SPACY_CONCEPTNORM_SKIP_CHECKSUMS=1 to skip the check).
 
         path (Union[str, Path]): The component's directory.
         exclude (Iterable[str]): Parts not to read: the component keeps its own (see `_load`).
@@ -494,27 +514,38 @@ class ConceptNormalizer(Pipe):
         """
         path = Path(path)
         if "cfg" not in exclude and not (path / "cfg").exists():
-            raise ConceptNormError(Errors.E302.format(path=path, detail="no cfg file (was the pipeline saved?)"))
+            detail = f"no cfg file, {path / 'cfg'} not found (was the pipeline saved?)"
+            raise ConceptNormError(Errors.E302.format(path=path, detail=detail))
+        if not verify_checksums(path, skip=exclude) and not checksums_skipped() and "cfg" not in exclude:
+            if read_json(path / "cfg").get("checksums"):
+                raise ConceptNormError(Errors.E981.format(path=path, manifest=path / CHECKSUMS, problem="missing"))
         return self._load(lambda readers: from_disk(path, readers, exclude))
 
     def from_bytes(self, bytes_data: bytes, *, exclude: Iterable[str] = SimpleFrozenList()) -> "ConceptNormalizer":
-        """Load what `to_bytes` wrote, with the checks of `from_disk`. (The bytes are unpacked here rather than
-        by `spacy.util.from_bytes`, which is `from_dict` over `msgpack_loads`, so that bad bytes raise
-        ConceptNormError.)
+        """Load what `to_bytes` wrote: the files are written to a temporary directory and loaded by `from_disk`,
+        with its checks; errors name the file as "<bytes>/name".
 
         bytes_data (bytes): The data.
         exclude (Iterable[str]): Parts not to read: the component keeps its own (see `_load`).
         RETURNS (ConceptNormalizer): The component.
         """
         try:
-            msg = srsly.msgpack_loads(bytes_data)
+            files = srsly.msgpack_loads(bytes_data)
         except Exception as e:  # msgpack raises several unrelated types on bad data
             raise ConceptNormError(Errors.E004.format(path="concept_normalizer bytes", detail=repr(e))) from None
-        if not isinstance(msg, dict) or ("cfg" not in exclude and "cfg" not in msg):
+        if not isinstance(files, dict) or ("cfg" not in exclude and "cfg" not in files):
             raise ConceptNormError(Errors.E302.format(path="bytes", detail="no cfg (not a concept_normalizer)"))
-        return self._load(
-            lambda readers: from_dict(msg, {k: partial(_unpack, key=k, read=r) for k, r in readers.items()}, exclude)
-        )
+        if not all(_is_packed_file(name, content) for name, content in files.items()):
+            raise ConceptNormError(Errors.E004.format(path="concept_normalizer bytes", detail="not packed files"))
+        with tempfile.TemporaryDirectory() as tmp:
+            root = Path(tmp) / "bytes"
+            for name, content in files.items():
+                (root / name).parent.mkdir(parents=True, exist_ok=True)
+                (root / name).write_bytes(content)
+            try:
+                return self.from_disk(root, exclude=exclude)
+            except ConceptNormError as e:
+                raise ConceptNormError(str(e).replace(str(root), "<bytes>")) from None
 
     def _load(self, read: Callable[[dict[str, Callable[[Path], None]]], Any]) -> "ConceptNormalizer":
         """Call `read` with the readers of the saved parts, in the order the parts depend on each other. A part it
@@ -554,6 +585,7 @@ class ConceptNormalizer(Pipe):
         """Read the settings. The encoder built from the config is kept when the saved one has the same settings,
         else the saved one is built (it encoded the name vectors)."""
         cfg = read_json(path)
+        cfg.pop("checksums", None)
         saved = cfg.pop("encoder", None)
         self.cfg.update(cfg)
         if saved and saved != self.encoder.config():
@@ -592,30 +624,12 @@ def _check_index(index: Any) -> None:
         _check(_int_from(index[key], low), f"index.{key}", f"an integer >= {low}", index[key])
 
 
-def _pack(write: Callable[[Path], None]) -> bytes:
-    """What `write(path)` writes (a file or a directory) as msgpack {relative path: content}: the bytes keep each
-    part's disk format, so `from_bytes` runs the disk readers and their format, version and checksum checks."""
-    with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp) / "part"
-        write(root)
-        files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
-        return srsly.msgpack_dumps({p.relative_to(root).as_posix(): p.read_bytes() for p in files})
-
-
-def _unpack(data: bytes, *, key: str, read: Callable[[Path], None]) -> None:
-    """Write what `_pack` packed into a temporary directory and `read` it from there ("." is the path itself)."""
-    try:
-        files = {Path(name): content for name, content in srsly.msgpack_loads(data).items()}
-    except Exception as e:  # msgpack raises several unrelated types on bad data
-        raise ConceptNormError(Errors.E004.format(path=f"the {key!r} bytes", detail=repr(e))) from None
-    if any(n.is_absolute() or ".." in n.parts or not isinstance(c, bytes) for n, c in files.items()):
-        raise ConceptNormError(Errors.E004.format(path=f"the {key!r} bytes", detail="not packed file contents"))
-    with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp) / key
-        for name, content in files.items():
-            (root / name).parent.mkdir(parents=True, exist_ok=True)
-            (root / name).write_bytes(content)
-        read(root)
+def _is_packed_file(name: Any, content: Any) -> bool:
+    """A relative path inside the component's directory with its bytes (what `to_bytes` packs)."""
+    if not (isinstance(name, str) and isinstance(content, bytes)):
+        return False
+    path = Path(name)
+    return bool(path.parts) and ".." not in path.parts and not path.is_absolute()
 
 
 def _preference(found: tuple[str, Match]) -> tuple[float, float]:

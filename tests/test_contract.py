@@ -81,15 +81,13 @@ def test_to_bytes_and_from_bytes_restore_identical_links_with_the_disk_checks(nl
     assert links(restored, test_docs) == links(nlp, test_docs)
     assert restored_normalizer.linker.confidence.to_dict() == normalizer.linker.confidence.to_dict()
 
-    parts = srsly.msgpack_loads(component_data)
-    assert set(parts) == {"cfg", "kb", "searcher", "linker"}
-    vectors = srsly.msgpack_loads(parts["searcher"])
-    vectors["vectors.npy"] = vectors["vectors.npy"][:-1] + bytes([vectors["vectors.npy"][-1] ^ 1])
-    broken = srsly.msgpack_dumps({**parts, "searcher": srsly.msgpack_dumps(vectors)})
-    with pytest.raises(ConceptNormError, match="checksum"):
+    files = srsly.msgpack_loads(component_data)  # the files to_disk writes, by relative path
+    assert {"cfg", "kb", "searcher/vectors.npy", "linker/models.json", "checksums.json"} <= set(files)
+    vectors = files["searcher/vectors.npy"]
+    broken = srsly.msgpack_dumps({**files, "searcher/vectors.npy": vectors[:-1] + bytes([vectors[-1] ^ 1])})
+    with pytest.raises(ConceptNormError, match=r"<bytes>/searcher/vectors.npy is truncated or corrupt: its checksum"):
         new_pipeline().get_pipe("concept_normalizer").from_bytes(broken)
-    kb = srsly.msgpack_loads(parts["kb"])
-    broken = srsly.msgpack_dumps({**parts, "kb": srsly.msgpack_dumps({".": kb["."][:100]})})
+    broken = srsly.msgpack_dumps({**files, "kb": files["kb"][:100]})
     with pytest.raises(ConceptNormError, match="truncated or corrupt"):
         new_pipeline().get_pipe("concept_normalizer").from_bytes(broken)
     with pytest.raises(ConceptNormError, match="truncated or corrupt"):

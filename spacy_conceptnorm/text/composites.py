@@ -32,7 +32,8 @@ all known names wins instead.
 """
 
 import functools
-import os
+import hashlib
+import json
 import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -46,6 +47,7 @@ from spacy.util import SimpleFrozenList, ensure_path
 from spacy.vocab import Vocab
 
 from ..errors import ConceptNormError, Errors
+from ..util import write_json
 
 # Disease names that contain a conjunction but name one concept. Matched inside mentions, case-insensitively.
 DEFAULT_PROTECTED = (
@@ -365,6 +367,10 @@ def _name_key(name: str) -> str:
     return " ".join(name.casefold().split())
 
 
+def _digest(state: dict) -> str:
+    return hashlib.sha256(json.dumps(state, sort_keys=True).encode("utf8")).hexdigest()
+
+
 def _check_strings(key: str, values: Iterable[str]) -> list[str]:
     if isinstance(values, str) or not isinstance(values, Iterable):
         raise ConceptNormError(Errors.E501.format(key=key, value=values))
@@ -546,12 +552,8 @@ class CompositeSplitter(Pipe):
         path (Union[str, Path]): The directory, created if missing.
         exclude (Iterable[str]): Not used.
         """
-        path = ensure_path(path)
-        path.mkdir(parents=True, exist_ok=True)
-        # Write then rename, so an interrupted save never leaves a half-written file behind.
-        tmp = path / "names.json.tmp"
-        srsly.write_json(tmp, self._state())
-        os.replace(tmp, path / "names.json")
+        state = self._state()
+        write_json(ensure_path(path) / "names.json", {**state, "sha256": _digest(state)})  # atomic
 
     def from_disk(self, path: str | Path, *, exclude: Iterable[str] = SimpleFrozenList()) -> "CompositeSplitter":
         """Load the protected and known names from a directory written by `to_disk`.
@@ -567,5 +569,8 @@ class CompositeSplitter(Pipe):
             data = srsly.read_json(file)
         except ValueError as err:
             raise ConceptNormError(Errors.E503.format(path=file, detail=err)) from err
+        digest = data.pop("sha256", None) if isinstance(data, dict) else None
+        if digest is not None and digest != _digest(data):  # files saved before the checksum have none
+            raise ConceptNormError(Errors.E503.format(path=file, detail="the content does not match its sha256"))
         self._set_state(data, str(file))
         return self
