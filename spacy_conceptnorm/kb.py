@@ -398,7 +398,7 @@ def read_obo(path: str | Path) -> Iterator[Record]:
     term: dict | None = None
 
     def finish(t: dict | None) -> Iterator[Record]:
-        if t and t.get("id") and not t.get("obsolete"):
+        if t and not t["skip"] and t.get("id") and not t.get("obsolete"):
             if not t.get("name"):
                 raise _malformed(path, t["line"], "term without a name", t["id"])
             concept = Concept(t["id"], t["name"], tuple(t["alt"]), tuple(t["parents"]), t["def"], tuple(t["types"]))
@@ -411,9 +411,15 @@ def read_obo(path: str | Path) -> Iterator[Record]:
             term = {"line": lineno, "alt": [], "parents": [], "synonyms": [], "types": [], "def": ""}
             term["skip"] = line != "[Term]"
             continue
-        if term is None or term["skip"] or not line or line.startswith("!"):
+        if not line or line.startswith("!"):
             continue
         tag, sep, value = line.partition(":")
+        if tag == "id" and (term is None or "id" in term):  # else merged into the term before it
+            raise _malformed(path, lineno, "an 'id' outside a stanza of its own: its [Term] header is missing", line)
+        if term is None or term["skip"]:
+            if tag == "id":
+                term["id"] = value.strip()
+            continue
         if not sep:
             raise _malformed(path, lineno, "expected 'tag: value'", line)
         value = value.strip()
@@ -521,4 +527,7 @@ def load_kb(
         records = read_mrconso(path, mrconso_sources, mrconso_languages)
     else:
         records = READERS[format](path)
-    return KnowledgeBase.from_records(records, normalizer)
+    kb = KnowledgeBase.from_records(records, normalizer)
+    if not len(kb):
+        raise ConceptNormError(Errors.E983.format(path=path, fmt=format))
+    return kb

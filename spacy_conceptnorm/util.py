@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import codecs
 import gzip
 import hashlib
+import io
 import json
 import os
 import shutil
 import tempfile
+import zlib
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -23,27 +26,41 @@ def read_lines(
 ) -> Iterator[tuple[int, str | None]]:
     """Yield (line number, line without its newline) from a text file, gzip-compressed if it ends in .gz.
 
-    Bytes are decoded line by line so that a wrong encoding is reported with the file and line it is on: a
+    Lines end at "\n", "\r\n" or a lone "\r"; a UTF-8 byte order mark before the first line is dropped. Bytes
+    are decoded line by line so that a wrong encoding is reported with the file and line it is on: a
     ConceptNormError, or, given `on_error`, a call `on_error(line number, error)` and the line yielded as None.
+    A directory, an unreadable file or a truncated or corrupt .gz raises ConceptNormError naming the file.
     """
     path = Path(path)
     if not path.exists():
         raise ConceptNormError(Errors.E002.format(path=path))
+    if path.is_dir():
+        raise ConceptNormError(Errors.E982.format(path=path, detail="it is a directory, not a file"))
     opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rb") as f:
-        for lineno, raw in enumerate(f, 1):
-            try:
-                line = raw.decode(encoding)
-            except UnicodeDecodeError as e:
-                if on_error is None:
-                    where = f"{path}:{lineno}"
-                    raise ConceptNormError(
-                        Errors.E005.format(path=where, encoding=encoding, position=e.start, detail=e.reason)
-                    ) from None
-                on_error(lineno, e)
-                yield lineno, None
-                continue
-            yield lineno, line.rstrip("\r\n")
+    bom = codecs.BOM_UTF8 if codecs.lookup(encoding).name == "utf-8" else b""
+    try:
+        # latin-1 maps bytes to characters one to one: the wrapper only finds the line ends (universal newlines)
+        with opener(path, "rb") as raw, io.TextIOWrapper(raw, encoding="latin-1", newline=None) as f:
+            for lineno, text in enumerate(f, 1):
+                data = text.encode("latin-1").removesuffix(b"\n")
+                if lineno == 1 and bom:
+                    data = data.removeprefix(bom)
+                try:
+                    line = data.decode(encoding)
+                except UnicodeDecodeError as e:
+                    if on_error is None:
+                        where = f"{path}:{lineno}"
+                        raise ConceptNormError(
+                            Errors.E005.format(path=where, encoding=encoding, position=e.start, detail=e.reason)
+                        ) from None
+                    on_error(lineno, e)
+                    yield lineno, None
+                    continue
+                yield lineno, line
+    except (PermissionError, IsADirectoryError) as e:
+        raise ConceptNormError(Errors.E982.format(path=path, detail=e.strerror)) from None
+    except (OSError, EOFError, zlib.error) as e:  # gzip: BadGzipFile, EOFError when truncated, zlib.error
+        raise ConceptNormError(Errors.E004.format(path=path, detail=f"{type(e).__name__}: {e}")) from None
 
 
 def current_umask() -> int:

@@ -104,3 +104,69 @@ def test_hidden_synonyms_come_back_with_their_vectors(nlp):
         assert hidden == [(name, concept)] and name not in searcher.rows
     assert np.array_equal(searcher.vectors[searcher.rows[name]], before)
     assert len(normalizer.encoder.calls) == calls  # nothing re-encoded
+
+
+# --- 3. KB loaders ------------------------------------------------------------------------------------------------
+MRCONSO_ROW = "{cui}|ENG|P|L1|PF|S1|Y|A1||||MSH|MH|D1|{name}|0|N||"
+KB_FILES = {  # format: (file name, a file of two concepts, the first with a synonym)
+    "medic": ("kb.txt", "C565588|614|x||Alpha disease|alpha syndrome\nD000002||Beta disease\n"),
+    "ctd": ("kb.tsv", "Alpha disease\tMESH:C565588\t\t\t\t\t\talpha syndrome\nBeta disease\tMESH:D000002\n"),
+    "jsonl": ("kb.jsonl", '{"concept_id": "C565588", "canonical_name": "Alpha disease", "aliases": '
+                          '["alpha syndrome"]}\n{"concept_id": "D000002", "canonical_name": "Beta disease"}\n'),
+    "obo": ("kb.obo", '[Term]\nid: C565588\nname: Alpha disease\nsynonym: "alpha syndrome" EXACT []\n\n'
+                      "[Term]\nid: D000002\nname: Beta disease\n"),
+    "mrconso": ("MRCONSO.RRF", "\n".join([MRCONSO_ROW.format(cui="C565588", name="Alpha disease"),
+                                          MRCONSO_ROW.format(cui="C565588", name="alpha syndrome"),
+                                          MRCONSO_ROW.format(cui="D000002", name="Beta disease")]) + "\n"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("fmt", KB_FILES)
+def test_a_byte_order_mark_and_any_line_ending_load_the_same_kb(tmp_path, fmt):
+    import gzip
+
+    name, text = KB_FILES[fmt]
+    variants = {
+        "bom": b"\xef\xbb\xbf" + text.encode(),
+        "crlf": text.replace("\n", "\r\n").encode(),
+        "cr": text.replace("\n", "\r").encode(),
+        "bom+cr.gz": gzip.compress(b"\xef\xbb\xbf" + text.replace("\n", "\r").encode()),
+    }
+    for variant, data in variants.items():
+        path = tmp_path / variant / (name + (".gz" if variant.endswith(".gz") else ""))
+        path.parent.mkdir()
+        path.write_bytes(data)
+        kb = load_kb(path, format=fmt)
+        first = kb.resolve("C565588")  # CTD keeps its MESH: prefix
+        assert len(kb) == 2 and first in ("C565588", "MESH:C565588") and kb.resolve("D000002"), variant
+        assert kb.concepts_for("alpha syndrome") == [first], variant
+
+
+def test_an_obo_stanza_without_its_header_is_refused(tmp_path):
+    path = tmp_path / "kb.obo"
+    path.write_text('[Term]\nid: A:1\nname: alpha\n\nid: A:2\nname: beta\nsynonym: "b" EXACT []\n')
+    with pytest.raises(ConceptNormError, match=r"kb\.obo:5: malformed line \(an 'id' outside"):
+        load_kb(path)
+    path.write_text("format-version: 1.2\nid: A:1\nname: alpha\n")
+    with pytest.raises(ConceptNormError, match=r"kb\.obo:2: malformed line"):
+        load_kb(path)
+
+
+def test_unreadable_kb_files_raise_the_package_error_naming_them(tmp_path):
+    import gzip
+
+    data = gzip.compress(("C1||alpha\n" * 2000).encode())
+    cases = {
+        "truncated.txt.gz": (data[: len(data) // 2], "truncated or corrupt"),
+        "garbage.txt.gz": (b"not gzip at all", "truncated or corrupt"),
+        "flipped.txt.gz": (data[:30] + bytes([data[30] ^ 0xFF]) + data[31:], "truncated or corrupt"),
+        "empty.txt": (b"", "holds no concept"),
+        "blank.obo": (b"\n\n", "holds no concept"),
+    }
+    for name, (content, message) in cases.items():
+        (tmp_path / name).write_bytes(content)
+        with pytest.raises(ConceptNormError, match=rf"{name}.*{message}|{message}.*{name}"):
+            load_kb(tmp_path / name)
+    (tmp_path / "folder.txt").mkdir()
+    with pytest.raises(ConceptNormError, match=r"\[E982\] Cannot read .*folder.txt: it is a directory"):
+        load_kb(tmp_path / "folder.txt")

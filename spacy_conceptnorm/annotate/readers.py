@@ -20,14 +20,13 @@ Record = tuple[int, object, str]  # (line number, id, text)
 
 
 def _lines(path: Path, report: Report) -> Iterator[tuple[int, str | None]]:
-    """(line number, line without its newline, a leading BOM dropped); a line that is not UTF-8 is reported and
-    given as None."""
+    """(line number, line without its newline, a leading BOM dropped by `read_lines`); a line that is not UTF-8 is
+    reported and given as None."""
 
     def not_utf8(lineno: int, error: UnicodeDecodeError) -> None:
         report(path, lineno, f"not UTF-8 (byte {error.start} of the line)")
 
-    for lineno, line in read_lines(path, on_error=not_utf8):
-        yield lineno, line.removeprefix("\ufeff") if lineno == 1 and line else line
+    yield from read_lines(path, on_error=not_utf8)
 
 
 def read_jsonl(path: Path, report: Report) -> Iterator[Record]:
