@@ -142,6 +142,14 @@ class Errors(metaclass=ErrorsWithCodes):
         "An `annotate` worker process failed: {detail}. The documents finished before it are in {path}; "
         "run the command again to resume."
     )
+    # curation server (serve command)
+    E970 = (
+        "Refusing to serve on {host!r} without a token: anyone who can reach that address could change the "
+        "reviews and the pipeline. Give --token (or CONCEPTNORM_TOKEN), or bind to 127.0.0.1."
+    )
+    E971 = "{path}:{line}: not an `annotate` JSONL record ({detail})."
+    E972 = "{path}:{line}: not a line written by the curation server ({detail})."
+    E973 = "Unknown NIL grouping {value!r}; choose one of {choices}."
 
 
 class Warnings(metaclass=ErrorsWithCodes):
@@ -149,6 +157,10 @@ class Warnings(metaclass=ErrorsWithCodes):
     W002 = "{count} entities longer than {max_chars} characters were truncated before encoding."
     # reliability (issue 15)
     W980 = "composite_splitter: the entity {text!r} could not be split ({error}); it is linked whole."
+    # curation server (serve command)
+    W970 = "{path}:{line}: the last record is incomplete (annotate still writing, or killed); it is skipped."
+    W971 = "{path}:{line}: the last review is incomplete ({size} bytes, the server was killed mid-write); cut off."
+    W972 = "Review {seq} names {what} that is not there any more; skipped."
 
 
 class ConceptNormError(ValueError):
