@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +22,7 @@ from .errors import ConceptNormError, Errors
 from .threads import one_thread_in_forked_workers
 
 PACKAGED_MODEL = "all-MiniLM-L6-v2"
+QUERY_ROWS, QUERY_WIDTH = 8, 8  # the batch shape of `encode_queries`: texts per batch, token multiple
 
 
 def packaged_model_path() -> Path:
@@ -164,15 +166,46 @@ class NameEncoder:
             from tqdm import tqdm
 
             batches = tqdm(batches, desc="Encoding names", unit="batch")
+        with self._inference():
+            for idx, ids in batches:
+                vectors[idx] = self._unit(self._pad(ids))
+        return vectors
+
+    def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
+        """Unit vectors like `encode`, each one a function of its text alone, whatever other texts come with it:
+        texts are encoded in batches of one shape per length (QUERY_ROWS texts, short batches filled with copies,
+        padded to a multiple of QUERY_WIDTH tokens). Matrix kernels choose their summation order by shape, so
+        `encode` gives a text slightly different bits in different company, and under bf16 a near-tie can flip;
+        mentions are encoded this way so that `nlp.pipe` answers the same whatever its batch size."""
+        vectors = np.zeros((len(texts), self.dim), dtype=np.float32)
+        if not len(texts):
+            return vectors
+        ids = self.tokenizer(list(texts), truncation=True, max_length=self.max_length)["input_ids"]
+        by_width: dict[int, list[int]] = {}
+        for i, tokens in enumerate(ids):
+            by_width.setdefault(-(-len(tokens) // QUERY_WIDTH) * QUERY_WIDTH, []).append(i)
+        with self._inference():
+            for width, idx in by_width.items():
+                for start in range(0, len(idx), QUERY_ROWS):
+                    chunk = idx[start : start + QUERY_ROWS]
+                    rows = [ids[i] for i in chunk] + [ids[chunk[0]]] * (QUERY_ROWS - len(chunk))
+                    vectors[chunk] = self._unit(self._pad(rows, width))[: len(chunk)]
+        return vectors
+
+    @contextmanager
+    def _inference(self) -> Iterator[None]:
         dtype = self.autocast_dtype()
+        autocast = torch.autocast(self.device.split(":")[0], dtype=dtype, enabled=dtype is not None)
         was_training = self.model.training
         self.model.eval()
-        with torch.inference_mode(), torch.autocast(self.device.split(":")[0], dtype=dtype, enabled=dtype is not None):
-            for idx, ids in batches:
-                emb = self.forward(self._pad(ids)).float()
-                vectors[idx] = torch.nn.functional.normalize(emb, dim=-1).cpu().numpy()
-        self.model.train(was_training)
-        return vectors
+        try:
+            with torch.inference_mode(), autocast:
+                yield
+        finally:
+            self.model.train(was_training)
+
+    def _unit(self, batch: dict[str, torch.Tensor]) -> np.ndarray:
+        return torch.nn.functional.normalize(self.forward(batch).float(), dim=-1).cpu().numpy()
 
     def _length_batches(self, texts: Sequence[str]) -> list[tuple[list[int], list[list[int]]]]:
         encoded = self.tokenizer(list(texts), truncation=True, max_length=self.max_length)["input_ids"]
@@ -187,8 +220,8 @@ class NameEncoder:
         batches.append(current)
         return [(idx, [encoded[i] for i in idx]) for idx in batches]
 
-    def _pad(self, ids: list[list[int]]) -> dict[str, torch.Tensor]:
-        width = max(map(len, ids))
+    def _pad(self, ids: list[list[int]], width: int | None = None) -> dict[str, torch.Tensor]:
+        width = width or max(map(len, ids))
         input_ids = torch.full((len(ids), width), self.tokenizer.pad_token_id or 0, dtype=torch.long)
         mask = torch.zeros((len(ids), width), dtype=torch.long)
         for row, tokens in enumerate(ids):

@@ -110,7 +110,7 @@ class SieveSearcher:
         self._freed: dict[str, int] = {}  # removed name -> its free row, whose vector is kept until taken
         self.vectors = np.zeros((0, 0), dtype=np.float32)
         self.indexes: dict[str, VectorIndex] = {}
-        self._concept_indexes: dict[str, tuple[list[str], VectorIndex]] = {}
+        self._concept_indexes: dict[str, tuple[list[str], VectorIndex, np.ndarray]] = {}
         self._canonical: dict[str, str] | None = None
         self.hidden: frozenset[str] = frozenset()  # concepts searched as if absent (NIL calibration's held-out)
 
@@ -213,8 +213,8 @@ class SieveSearcher:
                 out[i] = self.vectors[row]
             else:
                 todo.setdefault(key, []).append(i)
-        if todo:
-            encoded = self.encoder.encode(list(todo))
+        if todo:  # an encoder with `encode_queries` gives each text bits that do not depend on the batch
+            encoded = getattr(self.encoder, "encode_queries", self.encoder.encode)(list(todo))
             for vec, positions in zip(encoded, todo.values()):
                 out[positions] = vec
         return out
@@ -272,34 +272,31 @@ class SieveSearcher:
         if stage.representation == "C":
             return self._search_concepts(stage, queries, top_k)
         mask = TARGET_BITS[stage.target]
-        fetch = max(4 * top_k, 16)
-        hits = [self._index(s).search(queries, fetch) for s in TARGET_SOURCES[stage.target] if s in self.indexes]
+        sources = [s for s in TARGET_SOURCES[stage.target] if s in self.indexes]
+        hits = [self._index(source).search(queries, _fetch(top_k))[1] for source in sources]
         matches = []
         for q in range(len(queries)):
+            rows = np.array(list(dict.fromkeys(r for ids in hits for r in ids[q] if r >= 0)), dtype=np.int64)
             best: dict[str, tuple[float, str]] = {}
-            for scores, ids in hits:
-                for score, row in zip(scores[q], ids[q]):
-                    if row < 0:
-                        continue
-                    name = self.row_names[row]
-                    for cid in self.kb.concepts_for(name, mask):
-                        if cid not in best or score > best[cid][0]:
-                            best[cid] = (float(score), name)
+            for row, score in zip(rows, exact_scores(self.vectors, rows, queries[q])):
+                name = self.row_names[row]
+                for cid in self.kb.concepts_for(name, mask):
+                    if cid not in best or score > best[cid][0]:
+                        best[cid] = (score, name)
             matches.append(self._rank(best, stage, top_k))
         return matches
 
     def _search_concepts(self, stage: Stage, queries: np.ndarray, top_k: int) -> list[Match]:
-        concept_ids, index = self._concept_index(stage.target)
-        scores, ids = index.search(queries, top_k)
+        concept_ids, index, matrix = self._concept_index(stage.target)
+        _, ids = index.search(queries, _fetch(top_k))
         canonical = self._canonical_names()
-        return [
-            self._rank(
-                {concept_ids[j]: (float(s), canonical[concept_ids[j]]) for s, j in zip(srow, irow) if j >= 0},
-                stage,
-                top_k,
-            )
-            for srow, irow in zip(scores, ids)
-        ]
+        matches = []
+        for q, found in enumerate(ids):
+            found = found[found >= 0]
+            scores = exact_scores(matrix, found, queries[q])
+            best = {concept_ids[j]: (score, canonical[concept_ids[j]]) for j, score in zip(found, scores)}
+            matches.append(self._rank(best, stage, top_k))
+        return matches
 
     def _rank(self, best: dict[str, tuple[float, str]], stage: Stage, top_k: int) -> Match:
         canonical = self._canonical_names()
@@ -312,7 +309,7 @@ class SieveSearcher:
             self._canonical = {cid: norm(c.canonical_name) for cid, c in self.kb.concepts.items()}
         return self._canonical
 
-    def _concept_index(self, target: str) -> tuple[list[str], VectorIndex]:
+    def _concept_index(self, target: str) -> tuple[list[str], VectorIndex, np.ndarray]:
         """Concept vectors for a target: the mean of the vectors of each concept's names there, re-normalized."""
         if target not in self._concept_indexes:
             mask = TARGET_BITS[target]
@@ -329,7 +326,7 @@ class SieveSearcher:
                 matrix /= np.linalg.norm(matrix, axis=1, keepdims=True).clip(min=1e-12)
             index = VectorIndex(self.vectors.shape[1])
             index.add(np.arange(len(slot), dtype=np.int64), matrix)
-            self._concept_indexes[target] = (list(slot), index)
+            self._concept_indexes[target] = (list(slot), index, matrix)
         return self._concept_indexes[target]
 
     # --- serialization ------------------------------------------------------------------------------------------
@@ -385,6 +382,21 @@ class SieveSearcher:
                 index.add(rows, self.vectors[rows])
         self._changed()
         return self
+
+
+def _fetch(top_k: int) -> int:
+    """Rows taken from an index per query before the exact scores rank them: a margin so that index scores,
+    which depend on the batch of queries, cannot change which candidates come first."""
+    return max(4 * top_k, 16)
+
+
+def exact_scores(matrix: np.ndarray, rows: np.ndarray, query: np.ndarray) -> list[float]:
+    """Cosines of one query with some rows, each computed the same way whatever the other rows and queries: float64
+    products of the float32 values (exact) summed pairwise along the row. The scores a batched matrix product gives
+    differ in the last bits with the batch's shape."""
+    if not len(rows):
+        return []
+    return (matrix[rows].astype(np.float64) * query.astype(np.float64)).sum(axis=1).tolist()
 
 
 def _without(match: Match, concepts: frozenset[str], top_k: int) -> Match:

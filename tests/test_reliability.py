@@ -170,3 +170,40 @@ def test_unreadable_kb_files_raise_the_package_error_naming_them(tmp_path):
     (tmp_path / "folder.txt").mkdir()
     with pytest.raises(ConceptNormError, match=r"\[E982\] Cannot read .*folder.txt: it is a directory"):
         load_kb(tmp_path / "folder.txt")
+
+
+# --- 4. batch-independent results ---------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def real_encoder():
+    from spacy_conceptnorm.encoder import NameEncoder
+
+    return NameEncoder(precision="auto")
+
+
+def test_a_query_vector_does_not_depend_on_the_texts_encoded_with_it(real_encoder):
+    texts = ["breast cancer", "ataxia telangiectasia", "a", "hereditary nonpolyposis colorectal cancer syndrome",
+             "DM1", "von Hippel-Lindau disease", "cancer", "autosomal dominant polycystic kidney disease",
+             "Sjogren syndrome", "ovarian and breast carcinoma", "G6PD deficiency"]  # fmt: skip
+    together = real_encoder.encode_queries(texts)
+    alone = np.concatenate([real_encoder.encode_queries([t]) for t in texts])
+    reversed_ = real_encoder.encode_queries(texts[::-1])[::-1]
+    assert np.array_equal(together, alone) and np.array_equal(together, reversed_)
+    assert np.allclose(together, real_encoder.encode(texts), atol=1e-4)  # the same vectors, up to the last bits
+
+
+def test_kb_ents_are_bitwise_identical_whatever_the_batch_size(real_encoder, test_docs, tmp_path):
+    from .test_component import blank_copy
+
+    lines = (FIXTURES / "medic_sample.txt").read_text().splitlines()
+    (tmp_path / "kb.txt").write_text("\n".join(lines[::8]) + "\n")
+    nlp = spacy.blank("en")
+    normalizer = nlp.add_pipe("concept_normalizer")
+    normalizer.encoder = real_encoder
+    normalizer.initialize(nlp=nlp, kb=load_kb(tmp_path / "kb.txt"))
+    runs = []
+    for batch_size in (1, 3, 64):
+        normalizer.linker._cache.clear()  # linked texts are remembered across batches
+        docs = nlp.pipe([blank_copy(d) for d in test_docs], batch_size=batch_size)
+        runs.append([(e.kb_id_, e._.kb_ents) for d in docs for e in d.ents])
+    assert len(runs[0]) > 50 and runs[0] == runs[1] == runs[2]
+    assert all(isinstance(s, float) for _, ents in runs[0] for _, s in ents)
