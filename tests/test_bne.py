@@ -335,3 +335,14 @@ def test_registered_encoder_links_in_the_pipeline(trained, sample_kb, tmp_path):
     doc.ents = [Span(doc, 0, len(doc), label="Disease")]
     linked = nlp(doc).ents[0]
     assert linked.kb_id_ in sample_kb.concepts_for(name)  # its own name is the nearest: cosine 1
+
+
+def test_clustering_loads_a_saved_bne_encoder(trained, tmp_path):
+    from spacy_conceptnorm.clustering import load_encoder
+
+    encoder, _ = trained
+    encoder.save(tmp_path / "bne")
+    loaded = load_encoder(str(tmp_path / "bne"))
+    assert isinstance(loaded, BNEEncoder)
+    texts = ["breast cancer", "ovarian cancer"]
+    assert np.array_equal(loaded.encode(texts), encoder.encode(texts))

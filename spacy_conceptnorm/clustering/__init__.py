@@ -35,9 +35,14 @@ DEFAULT_THRESHOLD = 0.88  # the best θ for connected components with the packag
 
 
 def load_encoder(model: str | None = None):
-    """The name encoder for `model` (a transformers directory or id; None: the packaged all-MiniLM-L6-v2)."""
+    """The name encoder for `model`: a saved BNE encoder (`train-bne`), a transformers directory or id, or None
+    for the packaged all-MiniLM-L6-v2."""
+    from ..bne.encoder import FORMAT_TAG, BNEEncoder
     from ..encoder import NameEncoder
 
+    config = Path(model) / "config.json" if model else None
+    if config is not None and config.is_file() and f'"{FORMAT_TAG}"' in config.read_text(errors="replace")[:200]:
+        return BNEEncoder.load(model)
     return NameEncoder(model)
 
 
