@@ -589,13 +589,20 @@ class ConceptNormalizer(Pipe):
         saved = cfg.pop("encoder", None)
         self.cfg.update(cfg)
         if saved and saved != self.encoder.config():
-            self.encoder = NameEncoder(**saved, device=getattr(self.encoder, "device", None))
+            self.encoder = _encoder_like(self.encoder, saved)
 
     def _read_encoder(self, path: Path) -> None:
         """Weights saved with the pipeline (from a local directory at save time) replace the configured ones."""
         if path.is_dir():
-            config = {**self.encoder.config(), "model": str(path)}
-            self.encoder = NameEncoder(**config, device=getattr(self.encoder, "device", None))
+            self.encoder = _encoder_like(self.encoder, {**self.encoder.config(), "model": str(path)})
+
+
+def _encoder_like(encoder: Any, config: dict) -> Any:
+    """An encoder of the same kind as `encoder` built from a saved `config`: an encoder with its own directory
+    format (a `load` class method, e.g. BNE) loads its "model" directory, a transformer is built anew."""
+    if hasattr(type(encoder), "load"):
+        return type(encoder).load(config["model"])
+    return NameEncoder(**config, device=getattr(encoder, "device", None))
 
 
 def _check(ok: bool, key: str, expected: str, value: Any) -> None:

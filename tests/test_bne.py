@@ -335,6 +335,16 @@ def test_registered_encoder_links_in_the_pipeline(trained, sample_kb, tmp_path):
     doc.ents = [Span(doc, 0, len(doc), label="Disease")]
     linked = nlp(doc).ents[0]
     assert linked.kb_id_ in sample_kb.concepts_for(name)  # its own name is the nearest: cosine 1
+    # saved with its weights and loaded back as BNE, it links an unseen text as before
+    nlp.to_disk(tmp_path / "pipeline")
+    reloaded = spacy.load(tmp_path / "pipeline")
+    assert isinstance(reloaded.get_pipe("concept_normalizer").encoder, BNEEncoder)
+    links = []
+    for pipeline in (nlp, reloaded):
+        doc = pipeline.make_doc("a text no name spells")
+        doc.ents = [Span(doc, 0, len(doc), label="Disease")]
+        links.append(pipeline(doc).ents[0]._.kb_ents)
+    assert links[0] and links[0] == links[1]
 
 
 def test_clustering_loads_a_saved_bne_encoder(trained, tmp_path):
