@@ -136,6 +136,11 @@ def read_msgpack(path: str | Path, what: str, expected_format: str, expected_ver
         data = srsly.msgpack_loads(path.read_bytes())
     except Exception as e:  # msgpack raises several unrelated types on truncation
         raise ConceptNormError(Errors.E004.format(path=path, detail=f"{type(e).__name__}: {e}")) from None
+    return check_format(path, data, what, expected_format, expected_version)
+
+
+def check_format(path: Path, data: object, what: str, expected_format: str, expected_version: int) -> dict:
+    """`data` read from `path`, when it carries the expected format tag and version; else E003 naming the file."""
     found = data.get("format") if isinstance(data, dict) else None
     if found != expected_format or data.get("version") != expected_version:
         found_desc = f"{found}/{data.get('version')}" if isinstance(data, dict) else type(data).__name__
@@ -157,6 +162,12 @@ def read_json(path: str | Path) -> dict:
     if not isinstance(data, dict):
         raise ConceptNormError(Errors.E004.format(path=path, detail="not a JSON object"))
     return data
+
+
+def read_settings(path: str | Path, what: str, expected_format: str, expected_version: int) -> dict:
+    """A JSON object with a format tag and version (checked, then left out): a saved model's settings."""
+    data = check_format(Path(path), read_json(path), what, expected_format, expected_version)
+    return {k: v for k, v in data.items() if k not in ("format", "version")}
 
 
 # --- checksums of saved directories -------------------------------------------------------------------------------

@@ -46,7 +46,7 @@ from spacy.util import registry
 from torch import nn
 
 from ..errors import ConceptNormError, Errors
-from ..util import atomic_open
+from ..util import atomic_open, read_settings
 from .pair_scorer import FitReport, PairScorer, RankingGroup, rerank_accuracy
 
 PACKAGED_MODEL = "all-MiniLM-L6-v2"
@@ -439,19 +439,7 @@ class CNNRanker(PairScorer):
 
 
 def _read_config(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text(encoding="utf8"))
-    except FileNotFoundError:
-        raise ConceptNormError(Errors.E002.format(path=path)) from None
-    except (OSError, ValueError) as e:
-        raise ConceptNormError(Errors.E004.format(path=path, detail=f"{type(e).__name__}: {e}")) from None
-    found = data.get("format") if isinstance(data, dict) else None
-    if found != FORMAT or data.get("version") != VERSION:
-        found_desc = f"{found}/{data.get('version')}" if isinstance(data, dict) else type(data).__name__
-        raise ConceptNormError(
-            Errors.E003.format(path=path, what="CNN ranker", found=found_desc, expected=f"{FORMAT}/{VERSION}")
-        )
-    return {k: v for k, v in data.items() if k not in ("format", "version")}
+    return read_settings(path, "CNN ranker", FORMAT, VERSION)
 
 
 def pick_negatives(wrong: Sequence[str], n: int, hard: int, rng: random.Random) -> list[str]:

@@ -43,7 +43,7 @@ import torch.nn.functional as F
 from spacy.util import registry
 
 from ..errors import ConceptNormError, Errors
-from ..util import write_dir_atomically
+from ..util import read_settings, write_dir_atomically
 from .pair_scorer import FitReport, PairScorer, RankingGroup, rerank_accuracy
 
 PACKAGED_MODEL = "all-MiniLM-L6-v2"
@@ -478,19 +478,7 @@ def _split(group: RankingGroup) -> tuple[list[str], list[str]]:
 
 def _read_config(path: Path) -> dict:
     """The settings in cfg.json, checked by building a ranker from them."""
-    try:
-        data = json.loads(path.read_text(encoding="utf8"))
-    except FileNotFoundError:
-        raise ConceptNormError(Errors.E002.format(path=path)) from None
-    except (OSError, ValueError) as e:
-        raise ConceptNormError(Errors.E004.format(path=path, detail=f"{type(e).__name__}: {e}")) from None
-    found = data.get("format") if isinstance(data, dict) else None
-    if found != FORMAT or data.get("version") != VERSION:
-        found_desc = f"{found}/{data.get('version')}" if isinstance(data, dict) else type(data).__name__
-        raise ConceptNormError(
-            Errors.E003.format(path=path, what="cross-encoder ranker", found=found_desc, expected=f"{FORMAT}/{VERSION}")
-        )
-    settings = {k: v for k, v in data.items() if k not in ("format", "version")}
+    settings = read_settings(path, "cross-encoder ranker", FORMAT, VERSION)
     try:
         return CrossEncoderRanker(**settings).config()
     except (TypeError, ConceptNormError) as e:  # an unknown or invalid setting
