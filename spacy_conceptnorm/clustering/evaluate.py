@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
+from spacy.scorer import PRFScore
 
 from ..errors import ConceptNormError, Errors
 
@@ -42,17 +43,20 @@ class PairCounts:
     tn: int
 
     @property
+    def prf(self) -> PRFScore:
+        return PRFScore(tp=self.tp, fp=self.fp, fn=self.fn)
+
+    @property
     def precision(self) -> float:
-        return self.tp / (self.tp + self.fp) if self.tp + self.fp else 0.0
+        return self.prf.precision
 
     @property
     def recall(self) -> float:
-        return self.tp / (self.tp + self.fn) if self.tp + self.fn else 0.0
+        return self.prf.recall
 
     @property
     def f1(self) -> float:
-        p, r = self.precision, self.recall
-        return 2 * p * r / (p + r) if p + r else 0.0
+        return self.prf.fscore
 
     def as_dict(self) -> dict:
         return {**asdict(self), "precision": self.precision, "recall": self.recall, "f1": self.f1}
