@@ -207,3 +207,34 @@ def test_kb_ents_are_bitwise_identical_whatever_the_batch_size(real_encoder, tes
         runs.append([(e.kb_id_, e._.kb_ents) for d in docs for e in d.ents])
     assert len(runs[0]) > 50 and runs[0] == runs[1] == runs[2]
     assert all(isinstance(s, float) for _, ents in runs[0] for _, s in ents)
+
+
+# --- 5. composite splitter ----------------------------------------------------------------------------------------
+def test_the_splitters_own_placeholder_characters_in_a_mention_are_kept_as_text():
+    from spacy_conceptnorm.text.composites import split_composite
+
+    assert split_composite("foo \ue0005\ue001 and bar") == ["foo \ue0005\ue001", "foo bar"]
+    parts = split_composite("foo \ue0000\ue001 and hand, foot and mouth disease")
+    assert parts == ["foo \ue0000\ue001", "foo hand, foot and mouth disease"]  # the protected name once
+    assert split_composite("\ue000 and \ue001") == ["\ue000", "\ue001"]
+
+
+def test_one_entity_that_cannot_be_split_does_not_stop_the_batch():
+    nlp = spacy.blank("en")
+    splitter = nlp.add_pipe("composite_splitter")
+    splitter.is_known_name = lambda text: 1 / 0 if "odd" in text else False
+    docs = [nlp.make_doc(t) for t in ("odd and even cancer", "breast and ovarian cancer")]
+    for doc in docs:
+        doc.ents = [doc.char_span(0, len(doc.text), label="Disease")]
+    with pytest.warns(UserWarning, match=r"\[W980\].*odd and even cancer.*ZeroDivisionError"):
+        done = list(nlp.pipe(docs))
+    assert done[0].ents[0]._.composite_parts is None
+    assert list(done[1].ents[0]._.composite_parts) == ["breast cancer", "ovarian cancer"]
+
+
+def test_a_40k_character_mention_is_left_whole():
+    from spacy_conceptnorm.text.composites import split_composite
+
+    for text in ("a, " * 2000 + "b and " + "w " * 10000, "a and " + "word " * 8000):  # both grew quadratically
+        assert split_composite(text) == [text]
+    assert len(split_composite("a and " + "word " * 150)) == 2  # long, under the cap: split, in linear time

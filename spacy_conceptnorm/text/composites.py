@@ -35,6 +35,7 @@ import functools
 import hashlib
 import json
 import re
+import warnings
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -46,7 +47,7 @@ from spacy.training import Example
 from spacy.util import SimpleFrozenList, ensure_path
 from spacy.vocab import Vocab
 
-from ..errors import ConceptNormError, Errors
+from ..errors import ConceptNormError, Errors, Warnings
 from ..util import write_json
 
 # Disease names that contain a conjunction but name one concept. Matched inside mentions, case-insensitively.
@@ -65,6 +66,8 @@ _CONJUNCTIONS = {"and", "or", "and/or", "/"}
 _PREPOSITIONS = {"of", "in", "to", "on"}
 _DETERMINERS = {"the", "a", "an", "some"}
 _MAX_DEPTH = 3  # parts are split again at most this many times
+_MAX_SIZES = 4  # readings tried per end of the words after a conjunction (the shared head is short)
+MAX_CHARS = 1000  # longer mentions are not split (the linker cuts mentions at 1000 characters too)
 
 # A unit is a word, a comma, or a whole parenthesised group, so "(BZS)" or "(C2 and C7)" is one unit and a
 # conjunction inside parentheses never splits the mention around it.
@@ -115,13 +118,15 @@ def split_composite(
     if isinstance(protected, str):
         raise ConceptNormError(Errors.E501.format(key="protected", value=protected))
     pattern = _protected_pattern(tuple(protected))
+    if len(text) > MAX_CHARS:  # not a name; and its parts would grow with the square of its length
+        return [text]
     parts = _split(" ".join(text.split()), pattern, is_known_name, split_interventions, depth=0)
     return parts if len(parts) >= 2 else [text]
 
 
 def _split(
     text: str,
-    protected: re.Pattern | None,
+    protected: re.Pattern,
     is_known_name: Callable[[str], bool] | None,
     split_interventions: bool,
     depth: int,
@@ -248,7 +253,10 @@ def _last_conjunct_sizes(last: Part, right: Part) -> list[int]:
     if len(right) > len(last) >= 2 and any(a.lower() == b.lower() for a, b in zip(last, right, strict=False)):
         # Parallel conjuncts, "type 1 and type 2 diabetes", "subtotal C6 and complete C6 deficiency".
         preferred = len(last)
-    return [preferred] + [size for size in range(1, len(right)) if size != preferred]
+    # a short last conjunct or a short shared head: a bounded number of readings, so splitting stays linear
+    sizes = range(1, len(right))
+    sizes = [*sizes[:_MAX_SIZES], *sizes[_MAX_SIZES:][-_MAX_SIZES:]]
+    return [preferred] + [size for size in sizes if size != preferred]
 
 
 def _complete_suspended_hyphen(part: Part, final: Part) -> Part:
@@ -334,22 +342,24 @@ def _join(units: Part) -> str:
 
 
 @functools.lru_cache(maxsize=32)
-def _protected_pattern(names: tuple[str, ...]) -> re.Pattern | None:
-    """One regex matching any protected name as whole words, longest first, spaces matching any spacing."""
+def _protected_pattern(names: tuple[str, ...]) -> re.Pattern:
+    """One regex matching any protected name as whole words, longest first, spaces matching any spacing, and
+    the placeholder characters."""
     for name in names:
         if not isinstance(name, str) or not name.strip():
             raise ConceptNormError(Errors.E501.format(key="protected", value=name))
-    if not names:
-        return None
     alternatives = [r"\s+".join(map(re.escape, name.split())) for name in sorted(names, key=len, reverse=True)]
-    return re.compile(r"(?<!\w)(?:" + "|".join(alternatives) + r")(?!\w)", re.IGNORECASE)
+    # the placeholder characters themselves are masked too, so that a mention holding them cannot fake one
+    own = "[\ue000\ue001]"
+    if not alternatives:
+        return re.compile(own)
+    return re.compile(r"(?<!\w)(?:" + "|".join(alternatives) + r")(?!\w)|" + own, re.IGNORECASE)
 
 
-def _mask(text: str, pattern: re.Pattern | None) -> tuple[str, list[str]]:
-    """Replace each protected name in `text` with a placeholder the rules cannot split."""
+def _mask(text: str, pattern: re.Pattern) -> tuple[str, list[str]]:
+    """Replace each protected name (and placeholder character) in `text` with a placeholder the rules cannot
+    split."""
     saved: list[str] = []
-    if pattern is None:
-        return text, saved
 
     def placeholder(match: re.Match) -> str:
         saved.append(match.group())
@@ -467,7 +477,11 @@ class CompositeSplitter(Pipe):
         for ent in doc.ents:
             if self._labels and ent.label_ not in self._labels:
                 continue
-            parts = self.split(self._mention_text(ent))
+            try:
+                parts = self.split(self._mention_text(ent))
+            except Exception as e:  # one odd mention is linked whole rather than stop the batch
+                warnings.warn(Warnings.W980.format(text=ent.text[:100], error=f"{type(e).__name__}: {e}"), stacklevel=2)
+                parts = []
             ent._.composite_parts = parts if len(parts) >= 2 else None
         return doc
 
