@@ -1,6 +1,8 @@
 """Issue 15: silent wrong results, lost data, crashes and hangs, each with its reproducer. Built on the trigram test
 encoder (fast) unless a test needs the real one."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import spacy
@@ -238,3 +240,59 @@ def test_a_40k_character_mention_is_left_whole():
     for text in ("a, " * 2000 + "b and " + "w " * 10000, "a and " + "word " * 8000):  # both grew quadratically
         assert split_composite(text) == [text]
     assert len(split_composite("a and " + "word " * 150)) == 2  # long, under the cap: split, in linear time
+
+
+# --- 6. annotate: poison records, the output path, the resume scan -----------------------------------------------
+@pytest.fixture(scope="module")
+def ruler_nlp() -> Language:
+    nlp = spacy.blank("en")
+    nlp.add_pipe("entity_ruler").add_patterns([{"label": "Disease", "pattern": "breast cancer"}])
+    normalizer = nlp.add_pipe("concept_normalizer", config={"encoder": ENCODER})
+    normalizer.initialize(nlp=nlp, kb=load_kb(FIXTURES / "medic_sample.txt"))
+    return nlp
+
+
+def test_a_lone_surrogate_is_reported_and_skipped_like_a_malformed_line(ruler_nlp, tmp_path):
+    import json
+
+    from spacy_conceptnorm.annotate import annotate
+
+    source = tmp_path / "in.jsonl"
+    source.write_text('{"id": "a", "text": "breast cancer"}\n{"id": "s", "text": "a \\ud800 b"}\n'
+                      '{"id": "\\udc00", "text": "x"}\n{"id": "b", "text": "no disease"}\n')  # fmt: skip
+    for _ in range(2):  # and the rerun does not stop there either
+        with pytest.warns(UserWarning, match=r"in\.jsonl:2: a lone surrogate"):
+            summary = annotate(ruler_nlp, source, tmp_path / "out.jsonl", progress=False)
+        assert summary.malformed == 2
+    records = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in records] == ["a", "b"] and records[0]["entities"][0]["concept_id"]
+
+
+def test_an_output_that_cannot_be_written_is_refused_before_the_model_loads(tmp_path):
+    from spacy_conceptnorm.annotate import annotate
+
+    source = tmp_path / "in.jsonl"
+    source.write_text('{"id": "a", "text": "breast cancer"}\n')
+    (tmp_path / "a_file").write_text("")
+    (tmp_path / "a_dir.jsonl").mkdir()
+    missing_model = tmp_path / "no-such-pipeline"  # loading it would fail: the output must be checked first
+    for output, problem in [
+        (tmp_path / "a_dir.jsonl", "it is a directory"),
+        (Path("/dev/full"), "it is not a regular file"),
+        (tmp_path / "a_file" / "out.jsonl", f"{tmp_path / 'a_file'} is a file, not a directory"),
+        (Path("/proc/version.jsonl"), ""),
+    ]:
+        with pytest.raises(ConceptNormError, match=rf"\[E986\] Cannot write the output {output}: {problem}"):
+            annotate(missing_model, source, output, output_format="jsonl", progress=False)
+
+
+def test_the_resume_scan_reads_bounded_lines(tmp_path, monkeypatch):
+    from spacy_conceptnorm.annotate import read_done_ids, resume
+
+    monkeypatch.setattr(resume, "MAX_LINE_BYTES", 1000, raising=False)
+    out = tmp_path / "out.jsonl"
+    out.write_text('{"id": "a", "entities": []}\n{"id": "' + "b" * 5000 + '", "entities": []}\n')
+    with pytest.raises(ConceptNormError, match=r"out\.jsonl:2: expected lines under 1000 bytes"):
+        read_done_ids(out, "jsonl")
+    with pytest.raises(ConceptNormError, match=r"\[E986\].*/dev/zero: it is not a regular file"):
+        read_done_ids(Path("/dev/zero"), "jsonl")  # endless: it was read until memory ran out

@@ -43,8 +43,19 @@ def read_jsonl(path: Path, report: Report) -> Iterator[Record]:
             report(path, lineno, "no 'id' (a string or an integer)")
         elif not isinstance(obj.get("text"), str):
             report(path, lineno, "no 'text' string")
+        elif not (_is_utf8(obj["text"]) and _is_utf8(str(doc_id))):
+            report(path, lineno, "a lone surrogate (an escape such as \\ud800 that is no character) in the id or text")
         else:
             yield lineno, doc_id, obj["text"]
+
+
+def _is_utf8(text: str) -> bool:
+    """Whether a string can be written as UTF-8: JSON escapes can give lone surrogates, which cannot."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def read_pubtator(path: Path, report: Report) -> Iterator[Record]:

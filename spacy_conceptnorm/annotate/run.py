@@ -18,7 +18,7 @@ from tqdm import tqdm
 from ..errors import ConceptNormError, Errors
 from .interrupt import stop_on_sigint
 from .readers import INPUT_FORMATS, READERS, detect_input_format
-from .resume import read_done_ids
+from .resume import check_output, read_done_ids
 from .writers import OUTPUT_FORMATS, WRITERS, detect_output_format, entity_record
 
 MAX_WARNINGS = 20  # input problems warned about one by one; the rest are only counted
@@ -100,6 +100,8 @@ def annotate(
             raise ConceptNormError(Errors.E802.format(what=what, fmt=fmt, choices=choices))
     if input_path.is_dir() and input_format != "txt":
         raise ConceptNormError(Errors.E807.format(path=input_path, fmt=input_format))
+    check_output(output_path)  # before the model loads (seconds to minutes)
+    done = read_done_ids(output_path, output_format)
     nlp = model if isinstance(model, Language) else spacy.load(model)
     if max_length:
         nlp.max_length = max_length
@@ -119,7 +121,6 @@ def annotate(
             last = summary.malformed + summary.duplicates == MAX_WARNINGS
             warnings.warn(f"{message} {Errors.E808}" if last else message, stacklevel=2)
 
-    done = read_done_ids(output_path, output_format)
     seen: set[str] = set()
 
     def texts() -> Iterator[tuple[str, tuple[object, int, bool]]]:
@@ -170,8 +171,11 @@ def annotate(
         def flush() -> None:
             nonlocal writing
             writing = True
-            f.write("".join(batch))
-            f.flush()
+            try:
+                f.write("".join(batch))
+                f.flush()
+            except OSError as e:  # a full disk: the records before this batch stay, the next run resumes
+                raise ConceptNormError(Errors.E986.format(path=output_path, detail=e.strerror or e)) from None
             batch.clear()
             writing = False
 
