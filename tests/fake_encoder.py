@@ -23,5 +23,9 @@ class TrigramEncoder:
                 out[i, zlib.crc32(padded[j : j + 3].encode()) % self.dim] += 1
         return out / np.linalg.norm(out, axis=1, keepdims=True).clip(min=1e-12)
 
+    def encode_queries(self, texts):
+        """Each text's vector depends on it alone already (a subclass that is also a NameEncoder keeps this)."""
+        return self.encode(texts)
+
     def config(self):
         return {"model": self.reference}
