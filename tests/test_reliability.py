@@ -296,3 +296,89 @@ def test_the_resume_scan_reads_bounded_lines(tmp_path, monkeypatch):
         read_done_ids(out, "jsonl")
     with pytest.raises(ConceptNormError, match=r"\[E986\].*/dev/zero: it is not a regular file"):
         read_done_ids(Path("/dev/zero"), "jsonl")  # endless: it was read until memory ran out
+
+
+# --- 7. annotate --n-process: workers die with their parent; a worker's exception ends the run ------------------
+WORKER_SCRIPT = """
+import json, multiprocessing, os, sys, time
+import spacy
+from spacy.language import Language
+from spacy_conceptnorm.annotate import annotate
+
+@Language.component("test_reliability_slow")
+def slow(doc):
+    if multiprocessing.parent_process() is not None:  # a worker: tell the test its pid
+        open(os.path.join(sys.argv[1], str(os.getpid())), "w").close()
+    time.sleep(0.2)
+    return doc
+
+nlp = spacy.blank("en")
+nlp.add_pipe("test_reliability_slow")
+source = os.path.join(sys.argv[1], "in.jsonl")
+with open(source, "w") as f:
+    f.writelines(json.dumps({"id": str(i), "text": "breast cancer"}) + "\\n" for i in range(1000))
+annotate(nlp, source, os.path.join(sys.argv[1], "out.jsonl"), n_process=2, batch_size=2, progress=False)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"  # a zombie has ended
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads /proc")
+def test_annotate_workers_die_when_their_parent_is_killed(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    parent = subprocess.Popen([sys.executable, "-c", WORKER_SCRIPT, str(tmp_path)], cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 120
+        while len(workers := [int(p.name) for p in tmp_path.iterdir() if p.name.isdigit()]) < 2:
+            assert parent.poll() is None and time.monotonic() < deadline, "the workers did not start"
+            time.sleep(0.2)
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait()
+        deadline = time.monotonic() + 10
+        while any(map(_alive, workers)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not any(map(_alive, workers))
+    finally:
+        parent.kill()
+        for pid in [int(p.name) for p in tmp_path.iterdir() if p.name.isdigit()]:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+@Language.component("test_reliability_boom")
+def boom(doc):
+    if doc.text.startswith("BOOM"):
+        raise RuntimeError("a component failed")
+    return doc
+
+
+def test_an_exception_in_a_worker_ends_the_run_and_keeps_the_finished_records(ruler_nlp, tmp_path):
+    import json
+
+    from spacy_conceptnorm.annotate import annotate
+
+    source = tmp_path / "in.jsonl"
+    texts = [("BOOM " if i == 30 else "") + "breast cancer " * 100 for i in range(60)]
+    source.write_text("".join(json.dumps({"id": str(i), "text": t}) + "\n" for i, t in enumerate(texts)))
+    annotate(ruler_nlp, source, tmp_path / "clean.jsonl", batch_size=4, progress=False)
+    ruler_nlp.add_pipe("test_reliability_boom", first=True)
+    try:
+        with pytest.raises(ConceptNormError, match=r"\[E987\] .*worker process failed: RuntimeError: a component"):
+            annotate(ruler_nlp, source, tmp_path / "out.jsonl", n_process=2, batch_size=4, progress=False)
+    finally:
+        ruler_nlp.remove_pipe("test_reliability_boom")
+    kept = (tmp_path / "out.jsonl").read_bytes()
+    assert kept.count(b"\n") >= 20 and (tmp_path / "clean.jsonl").read_bytes().startswith(kept)
+    annotate(ruler_nlp, source, tmp_path / "out.jsonl", batch_size=4, progress=False)  # resumed
+    assert (tmp_path / "out.jsonl").read_bytes() == (tmp_path / "clean.jsonl").read_bytes()

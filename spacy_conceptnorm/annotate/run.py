@@ -3,11 +3,13 @@ resuming what OUTPUT already holds (see the package docstring for the formats)."
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import re
 import time
 import warnings
 from collections.abc import Iterator
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +18,7 @@ from spacy.language import Language
 from tqdm import tqdm
 
 from ..errors import ConceptNormError, Errors
+from ..threads import workers_die_with_parent
 from .interrupt import stop_on_sigint
 from .readers import INPUT_FORMATS, READERS, detect_input_format
 from .resume import check_output, read_done_ids
@@ -145,17 +148,37 @@ def annotate(
                 for i, (offset, piece) in enumerate(pieces, 1):
                     yield piece, (doc_id, offset, i == len(pieces))
 
+    workers_before, annotating = set(multiprocessing.active_children()), os.getpid()
+
+    def worker_failed(name: object, proc: object, docs: object, error: Exception) -> None:
+        """spaCy's handler of a worker's exception (n_process > 1): its workers are ended before it waits for
+        them, which would block on their pipes, and the run stops with the documents before it written. (Inside
+        a worker, spaCy hands a function component's exception to the same handler: it goes to the parent.)"""
+        if os.getpid() != annotating:
+            raise error
+        for child in set(multiprocessing.active_children()) - workers_before:
+            child.terminate()
+        detail = next((line for line in reversed(str(error).splitlines()) if line.strip()), repr(error))
+        raise ConceptNormError(Errors.E987.format(detail=detail.strip(), path=output_path)) from error
+
     def documents() -> Iterator[tuple[object, str, list[dict]]]:
         """(id, text, entity records), the pieces of a long text put back together (nlp.pipe keeps the order)."""
         pieces, entities = [], []
-        for doc, (doc_id, offset, last) in nlp.pipe(
-            texts(), as_tuples=True, n_process=n_process, batch_size=batch_size
-        ):
-            pieces.append(doc.text)
-            entities.extend(entity_record(ent, offset) for ent in doc.ents)
-            if last:
-                yield doc_id, "".join(pieces), entities
-                pieces, entities = [], []
+        handler = nlp.default_error_handler
+        if n_process > 1:
+            nlp.default_error_handler = worker_failed
+        try:
+            with workers_die_with_parent() if n_process > 1 else nullcontext():
+                for doc, (doc_id, offset, last) in nlp.pipe(
+                    texts(), as_tuples=True, n_process=n_process, batch_size=batch_size
+                ):
+                    pieces.append(doc.text)
+                    entities.extend(entity_record(ent, offset) for ent in doc.ents)
+                    if last:
+                        yield doc_id, "".join(pieces), entities
+                        pieces, entities = [], []
+        finally:
+            nlp.default_error_handler = handler
 
     write_record = WRITERS[output_format]
     output_path.parent.mkdir(parents=True, exist_ok=True)
