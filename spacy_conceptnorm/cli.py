@@ -47,26 +47,35 @@ def train(
 def train_bne(
     kb: Path = typer.Argument(..., help="Ontology file (load_kb formats) or saved .kb whose synonym sets train BNE"),
     output: Path = typer.Argument(..., help="Encoder directory to write (replaced whole once trained)"),
+    config: Path = typer.Option(None, "--config", help="Recipe with the settings, e.g. configs/bne.cfg"),
     vectors: Path = typer.Option(None, "--vectors", help="word2vec text-format word vectors (default: train them)"),
     text: list[Path] = typer.Option([], "--text", help="PubTator file(s) whose text trains the word vectors"),
     ctd: Path = typer.Option(None, "--ctd", help="CTD diseases TSV whose definitions join the word-vector text"),
     dev: Path = typer.Option(None, "--dev", help="PubTator file: keep the epoch with the best nearest-name Acc@1"),
-    epochs: int = typer.Option(3, "--epochs", help="Passes over the (name, concept) pairs"),
-    pairs_per_epoch: int = typer.Option(0, "--pairs-per-epoch", help="Anchor names per epoch (0: all)"),
-    holdout: int = typer.Option(1000, "--holdout", help="Concepts left out for the closeness evaluation"),
-    seed: int = typer.Option(0, "--seed", help="Seed of the held-out split, batches and initialization"),
-    threads: int = typer.Option(1, "--threads", help="torch threads"),
+    epochs: int = typer.Option(None, "--epochs", help="Passes over the name-concept pairs (the config's, else 3)"),
+    pairs_per_epoch: int = typer.Option(None, "--pairs-per-epoch", help="Anchor names per epoch (0: all; default 0)"),
+    holdout: int = typer.Option(None, "--holdout", help="Concepts held out for the closeness scores (default 1000)"),
+    seed: int = typer.Option(None, "--seed", help="Seed of the held-out split, batches, initialization (default 0)"),
+    threads: int = typer.Option(None, "--threads", help="torch threads (0: torch's default; default 1)"),
     save_vectors: Path = typer.Option(None, "--save-vectors", help="Also write the trained word vectors here"),
 ) -> None:
     """Train the BNE name encoder (Phan et al. 2019) on a dictionary's synonym sets; load it with
-    spacy_conceptnorm.bne.BNEEncoder.load(OUTPUT) or @misc = "spacy_conceptnorm.bne_encoder.v1"."""
+    spacy_conceptnorm.bne.BNEEncoder.load(OUTPUT) or @misc = "spacy_conceptnorm.bne_encoder.v1". The settings come
+    from --config (its sections training, network and vectors; defaults for what it leaves out); the options
+    given here override it."""
     import torch
 
-    from .bne.train import TrainConfig, train_from_files
+    from .bne.settings import read_recipe
+    from .bne.train import train_from_files
 
-    torch.set_num_threads(threads)
-    config = TrainConfig(epochs=epochs, pairs_per_epoch=pairs_per_epoch, holdout=holdout, seed=seed)
-    report = train_from_files(kb, output, config, vectors, text, ctd, dev, save_vectors, log=typer.echo)
+    given = {"epochs": epochs, "pairs_per_epoch": pairs_per_epoch, "holdout": holdout, "seed": seed,
+             "threads": threads}  # fmt: skip
+    recipe = read_recipe(config, {f"training.{k}": v for k, v in given.items() if v is not None})
+    if recipe.threads:
+        torch.set_num_threads(recipe.threads)
+    report = train_from_files(
+        kb, output, recipe.train, vectors, text, ctd, dev, save_vectors, log=typer.echo, word2vec=recipe.word2vec
+    )
     typer.echo(f"trained in {report['train_seconds']} s -> {output}")
 
 

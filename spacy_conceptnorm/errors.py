@@ -123,6 +123,10 @@ class Errors(metaclass=ErrorsWithCodes):
         "--vectors with word2vec text-format vectors."
     )
     E964 = "{name} must be {expected}, got {value!r}."
+    E965 = "Term-pair file not found: {path}"
+    E966 = "{path}: no column {column!r} for {what} (matched exactly, else ignoring case); the header is {header}."
+    E967 = "{path}:{line}: {detail} (without --strict such a row is skipped and counted)."
+    E968 = "{path}: {n} usable term pairs ({skipped} rows skipped): Spearman's rho needs at least 2."
     # reliability (issue 15): checksums, corrupt files, synonyms, annotate's output
     E980 = (
         "{path} is truncated or corrupt: its checksum (sha256) differs from the one recorded in {manifest} when "

@@ -3,6 +3,7 @@
 Everything runs on the MEDIC sample with tiny networks and random word vectors, in seconds."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -356,3 +357,258 @@ def test_clustering_loads_a_saved_bne_encoder(trained, tmp_path):
     assert isinstance(loaded, BNEEncoder)
     texts = ["breast cancer", "ovarian cancer"]
     assert np.array_equal(loaded.encode(texts), encoder.encode(texts))
+
+
+# --- fast encoding path (bne.inference) ---------------------------------------------------------------------------
+
+
+def test_fused_recurrence_equals_torchs_lstm_for_both_poolings():
+    """`inference.bilstm` (reordered gates, tanh as 2σ(2x) - 1, in-place steps, running max) against nn.LSTM on
+    packed sequences of random lengths: last states and max pooling."""
+    from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+    from spacy_conceptnorm.bne import inference
+
+    torch.manual_seed(0)
+    lstm = torch.nn.LSTM(6, 5, batch_first=True, bidirectional=True).eval()
+    table = torch.randn(11, 6)
+    lengths = torch.tensor([3, 1, 7, 7, 2, 5])
+    ids = torch.randint(0, 11, (6, 7))
+    with torch.no_grad():
+        packed = pack_padded_sequence(table[ids], lengths, batch_first=True, enforce_sorted=False)
+        out, (h_n, _) = lstm(packed)
+        out, _ = pad_packed_sequence(out, batch_first=True, padding_value=float("-inf"))
+        tables = inference._input_tables(lstm, table)
+        last = inference.bilstm(lstm, tables, ids, lengths, pool="last")
+        pooled = inference.bilstm(lstm, tables, ids, lengths, pool="max")
+    assert torch.allclose(torch.cat(last, dim=-1), torch.cat([h_n[0], h_n[1]], dim=-1), atol=1e-6)
+    assert torch.allclose(torch.cat(pooled, dim=-1), out.max(dim=1).values, atol=1e-6)
+    with pytest.raises(ValueError, match="pool"):
+        inference.bilstm(lstm, tables, ids, lengths, pool="mean")
+
+
+def test_encoding_in_one_large_batch_equals_small_batches(trained, sample_kb):
+    encoder, _ = trained
+    names = sample_kb.names()
+    assert encoder.batch_size >= len(names)  # the default: every name of the sample in one word-BiLSTM call
+    small = BNEEncoder(encoder.model, encoder.vocab, batch_size=7).encode(names)
+    assert np.allclose(encoder.encode(names), small, atol=1e-6)
+
+
+# --- semantic similarity and relatedness (section 4.4) ------------------------------------------------------------
+
+
+class AngleEncoder:
+    """Each term is the 2-d unit vector at a given angle: the cosine of a pair is the cosine of the angle between
+    its terms, known by hand."""
+
+    reference = "angles"
+
+    def __init__(self, degrees: dict[str, float]):
+        self.degrees = degrees
+
+    def encode(self, texts, progress=False):
+        radians = np.radians([self.degrees[t] for t in texts])
+        return np.stack([np.cos(radians), np.sin(radians)], axis=1).astype(np.float32)
+
+
+ANGLES = {"heart attack": 0, "myocardial infarction": 20, "chest pain": 50, "angina": 90, "asthma": 130,
+          "fracture, closed": 180}  # fmt: skip
+# The UMNSRS layout (Mean, Term1, Term2, CUIs). Angles between the terms, so cosines: 20° (0.94), 50° (0.64),
+# 70° (0.34), 80° (0.17), 130° (-0.64), 180° (-1): ranks 6 5 4 3 2 1. The human scores rank 6 4 5 3 1 2, so
+# d = 0 1 -1 0 1 -1, sum d² = 4 and rho = 1 - 6 * 4 / (6 * (36 - 1)) = 1 - 24/210 = 31/35.
+# Line 8 is blank (ignored); lines 9-11 are bad rows: an empty term, a score that is no number, too few fields.
+PAIRS_CSV = """Mean,Term1,Term2,CUI1,CUI2
+3.9,heart attack,myocardial infarction,C0027051,C0027051
+2.1,heart attack,chest pain,C0027051,C0008031
+2.8,myocardial infarction,angina,C0027051,C0002962
+1.2,chest pain, asthma ,C0008031,C0004096
+0.3,heart attack,asthma,C0027051,C0004096
+0.5,heart attack,"fracture, closed",C0027051,C0016658
+
+2.0,,angina,,C0002962
+n/a,asthma,angina,C0004096,C0002962
+1.5,asthma
+"""
+
+
+def test_similarity_spearman_on_a_hand_written_pair_file(tmp_path):
+    from spacy_conceptnorm.bne.similarity import pair_cosines, read_term_pairs, similarity_correlation
+
+    (tmp_path / "pairs.csv").write_text(PAIRS_CSV)
+    pairs = read_term_pairs(tmp_path / "pairs.csv", term1="term1", term2="term2", score="Mean")  # case ignored
+    assert len(pairs) == 6 and pairs.lines == [2, 3, 4, 5, 6, 7]
+    assert pairs.term2[3] == "asthma" and pairs.term2[5] == "fracture, closed"  # stripped; quoted comma kept
+    assert [line for line, _ in pairs.skipped] == [9, 10, 11]
+    assert "empty term1" in pairs.skipped[0][1] and "not a number" in pairs.skipped[1][1]
+    assert "2 fields" in pairs.skipped[2][1]
+    cosines = pair_cosines(AngleEncoder(ANGLES), pairs.term1, pairs.term2)
+    assert np.allclose(cosines, np.cos(np.radians([20, 50, 70, 80, 130, 180])), atol=1e-6)
+    result = similarity_correlation(AngleEncoder(ANGLES), pairs)
+    assert result["spearman"] == pytest.approx(31 / 35)
+    assert result["pairs_used"] == 6 and result["pairs_skipped"] == 3
+    assert result["skipped"][0] == {"line": 9, "reason": "empty term1"}
+    assert 0 < result["p_value"] < 0.05
+
+
+def test_similarity_ties_get_average_ranks_and_tabs_are_detected(tmp_path):
+    from spacy_conceptnorm.bne.similarity import read_term_pairs, similarity_correlation
+
+    # cosines rank 1 2 3 4; the scores tie in the middle: ranks 1 2.5 2.5 4. Pearson of the ranks: deviations
+    # (-1.5 -0.5 0.5 1.5) and (-1.5 0 0 1.5), so 4.5 / sqrt(5 * 4.5) = 3 / sqrt(10).
+    rows = [("a", "d", 1.0), ("a", "c", 2.0), ("a", "b", 2.0), ("a", "a2", 3.0)]
+    text = "x\ty\tsim\n" + "".join(f"{t1}\t{t2}\t{s}\n" for t1, t2, s in rows)
+    (tmp_path / "pairs.tsv").write_text(text)
+    encoder = AngleEncoder({"a": 0, "a2": 10, "b": 40, "c": 80, "d": 170})
+    pairs = read_term_pairs(tmp_path / "pairs.tsv", term1="x", term2="y", score="sim")
+    assert similarity_correlation(encoder, pairs)["spearman"] == pytest.approx(3 / np.sqrt(10))
+    # all scores equal: no correlation can be measured, reported as NaN
+    (tmp_path / "flat.csv").write_text("term1,term2,score\na,b,1\na,c,1\na,d,1\n")
+    assert np.isnan(similarity_correlation(encoder, read_term_pairs(tmp_path / "flat.csv"))["spearman"])
+
+
+def test_similarity_strict_rows_missing_columns_and_too_few_pairs(tmp_path):
+    from spacy_conceptnorm.bne.similarity import read_term_pairs, similarity_correlation
+
+    (tmp_path / "pairs.csv").write_text(PAIRS_CSV)
+    with pytest.raises(ConceptNormError, match=r"pairs\.csv:9: empty term1"):
+        read_term_pairs(tmp_path / "pairs.csv", score="Mean", strict=True)
+    with pytest.raises(ConceptNormError, match=r"no column 'score' for the score.*'Mean', 'Term1'"):
+        read_term_pairs(tmp_path / "pairs.csv")
+    with pytest.raises(ConceptNormError, match="Term-pair file not found"):
+        read_term_pairs(tmp_path / "missing.csv")
+    (tmp_path / "one.csv").write_text("term1,term2,score\nasthma,angina,1\nasthma,,2\n")
+    with pytest.raises(ConceptNormError, match=r"1 usable term pairs \(1 rows skipped\)"):
+        similarity_correlation(AngleEncoder(ANGLES), read_term_pairs(tmp_path / "one.csv"))
+    (tmp_path / "empty.csv").write_text("\n\n")
+    with pytest.raises(ConceptNormError, match="0 usable term pairs"):
+        read_term_pairs(tmp_path / "empty.csv")
+
+
+def test_similarity_command_over_several_encoders(tmp_path, monkeypatch):
+    import spacy_conceptnorm.benchmarks.bne as benchmark
+
+    (tmp_path / "pairs.csv").write_text(PAIRS_CSV)
+    loaded = []
+    monkeypatch.setattr(benchmark, "load_encoder", lambda name: loaded.append(name) or AngleEncoder(ANGLES))
+    args = ["similarity", str(tmp_path / "pairs.csv"), "--model", "first", "--model", "second", "--term1", "Term1",
+            "--term2", "Term2", "--score", "Mean", "--output", str(tmp_path / "out.json")]  # fmt: skip
+    result = CliRunner().invoke(benchmark.app, args)
+    assert result.exit_code == 0, result.output
+    assert loaded == ["first", "second"]
+    assert result.output.count("spearman 0.8857") == 2 and "6 pairs used, 3 skipped" in result.output
+    assert "pairs.csv:10: score 'n/a' is not a number" in result.output
+    rows = json.loads((tmp_path / "out.json").read_text())
+    assert [r["model"] for r in rows] == ["first", "second"] and rows[0]["spearman"] == pytest.approx(31 / 35)
+    result = CliRunner().invoke(benchmark.app, [*args[:2], "--score", "Mean", "--strict"])
+    assert result.exit_code != 0 and "pairs.csv:9" in str(result.exception)
+    loaded.clear()
+    assert CliRunner().invoke(benchmark.app, [*args[:2], "--score", "Mean"]).exit_code == 0
+    assert loaded == [None]  # no --model: the packaged MiniLM
+
+
+def test_speed_command_prints_names_per_second_and_the_load(trained, fixtures, tmp_path):
+    import spacy_conceptnorm.benchmarks.bne as benchmark
+
+    encoder, _ = trained
+    encoder.save(tmp_path / "bne")
+    args = ["speed", "--model", str(tmp_path / "bne"), "--kb", str(fixtures / "medic_sample.txt"),
+            "--names", "40", "--repeat", "1"]  # fmt: skip
+    result = CliRunner().invoke(benchmark.app, args)
+    assert result.exit_code == 0, result.output
+    assert "names/s (40 names, best of 1, 1 torch thread(s); load average" in result.output
+    assert benchmark.sample_names(list("abcdef"), 0) == list("abcdef")
+    assert benchmark.sample_names(list("abcdef"), 3) == benchmark.sample_names(list("abcdef"), 3)
+
+
+# --- training recipe (configs/bne.cfg) ----------------------------------------------------------------------------
+
+
+def test_the_recipe_in_configs_is_the_trained_encoders_settings(fixtures):
+    from dataclasses import asdict
+
+    from spacy_conceptnorm.bne.settings import read_recipe
+
+    recipe = read_recipe(fixtures.parent.parent / "configs" / "bne.cfg")
+    assert asdict(recipe.train) == {**asdict(TrainConfig()), "epochs": 6}  # the README's run: paper defaults
+    assert recipe.word2vec == {"window": 6, "negative": 5, "min_count": 1, "epochs": 10, "workers": 1}
+    assert recipe.threads == 1
+    assert read_recipe() == type(recipe)()  # no file: the defaults
+    assert read_recipe(None, {"training.epochs": 2}).train.epochs == 2
+
+
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("[training]\nepochs = 0\n", r"\[training\] epochs = 0: Input should be greater than or equal to 1"),
+        ("[training]\nepoch = 2\n", r"\[training\] unknown key 'epoch'"),
+        ('[training]\nobjectives = ["syn", "nope"]\n', r"objectives.1 = 'nope'"),
+        ("[network]\ndropout = 1.0\n", r"\[network\] dropout = 1.0"),
+        ("[network]\nout_dim = true\n", r"\[network\] out_dim = True"),
+        ('[paths]\nkb = "x"\n', r"unknown section \[paths\]"),
+        ("[training\nepochs = 2\n", r"bad\.cfg"),
+    ],
+)
+def test_bad_recipes_name_the_file_section_and_key(tmp_path, text, message):
+    from spacy_conceptnorm.bne.settings import read_recipe
+
+    (tmp_path / "bad.cfg").write_text(text)
+    with pytest.raises(ConceptNormError, match=message):
+        read_recipe(tmp_path / "bad.cfg")
+
+
+def test_train_bne_reads_the_recipe_and_options_override_it(sample_kb, fixtures, tmp_path):
+    random_vectors(sample_kb, dim=16).to_disk(tmp_path / "vectors.txt")
+    (tmp_path / "tiny.cfg").write_text(
+        "[training]\nepochs = 5\npairs_per_epoch = 64\nholdout = 3\nbatch_size = 16\n"
+        "[network]\nchar_dim = 8\nchar_hidden = 8\nword_hidden = 12\nout_dim = 16\ndropout = 0.0\n"
+    )
+    args = ["train-bne", str(fixtures / "medic_sample.txt"), str(tmp_path / "bne"), "--vectors",
+            str(tmp_path / "vectors.txt"), "--config", str(tmp_path / "tiny.cfg"), "--epochs", "1"]  # fmt: skip
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "bne" / "training.json").read_text())
+    assert report["config"]["epochs"] == 1 and len(report["epochs"]) == 1  # the option wins
+    assert report["config"]["batch_size"] == 16 and len(report["held_out"]) == 3  # the recipe's
+    assert BNEEncoder.load(tmp_path / "bne").dim == 16
+    result = CliRunner().invoke(app, [*args[:-2], "--epochs", "0"])
+    assert result.exit_code != 0 and "[training] epochs = 0" in str(result.exception)
+    result = CliRunner().invoke(app, [*args[:5], "--config", str(tmp_path / "missing.cfg")])
+    assert result.exit_code != 0 and "missing.cfg" in str(result.exception)
+
+
+def test_train_bne_recipe_sets_the_skip_gram_vectors(fixtures, tmp_path):
+    pytest.importorskip("gensim")
+    (tmp_path / "tiny.cfg").write_text(
+        "[training]\nepochs = 1\npairs_per_epoch = 32\nholdout = 2\n"
+        "[network]\nchar_dim = 8\nchar_hidden = 8\nword_hidden = 8\nout_dim = 8\n"
+        "[vectors]\nwindow = 2\nepochs = 1\nmin_count = 2\n"
+    )
+    args = ["train-bne", str(fixtures / "medic_sample.txt"), str(tmp_path / "bne"), "--config",
+            str(tmp_path / "tiny.cfg"), "--save-vectors", str(tmp_path / "v.txt")]  # fmt: skip
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "bne" / "training.json").read_text())
+    assert report["word2vec"] == {"window": 2, "negative": 5, "min_count": 2, "epochs": 1, "workers": 1}
+    from collections import Counter
+
+    from spacy_conceptnorm.bne.vectors import text_sentences
+
+    vectors = WordVectors.from_disk(tmp_path / "v.txt")
+    counts = Counter(w for sentence in text_sentences(kb_path=fixtures / "medic_sample.txt") for w in sentence)
+    assert vectors.dim == 8 and set(vectors.words) == {w for w, n in counts.items() if n >= 2}  # min_count 2
+
+
+def test_project_has_a_bne_workflow_outside_all():
+    import srsly
+    from weasel.util import substitute_project_variables
+
+    from spacy_conceptnorm.bne.settings import read_recipe
+
+    root = Path(__file__).parent.parent
+    project = substitute_project_variables(srsly.read_yaml(root / "project.yml"))
+    assert project["workflows"]["bne"] == ["train-bne"] and "train-bne" not in project["workflows"]["all"]
+    command = next(c for c in project["commands"] if c["name"] == "train-bne")
+    assert command["outputs"] == ["training/bne"] and "configs/bne.cfg" in command["deps"]
+    assert "--config configs/bne.cfg" in command["script"][0]
+    read_recipe(root / "configs" / "bne.cfg")

@@ -1,8 +1,11 @@
 """BNE against the packaged MiniLM encoder, with the evaluations of Phan et al. (2019), section 4.
 
-    python -m spacy_conceptnorm.benchmarks.bne --data ../shared/data --bne training/bne [--cache DIR]
+    python -m spacy_conceptnorm.benchmarks.bne evaluate --data ../shared/data --bne training/bne [--cache DIR]
+    python -m spacy_conceptnorm.benchmarks.bne similarity PAIRS.csv [PAIRS2.csv ...] --model training/bne \
+        --model all-MiniLM-L6-v2 --term1 Term1 --term2 Term2 --score Mean
+    python -m spacy_conceptnorm.benchmarks.bne speed --model training/bne --names 20000
 
-For each encoder it prints
+`evaluate` prints, for BNE and MiniLM,
 - names/s encoding a fixed random sample of MEDIC names (torch threads as given);
 - synonym closeness (4.1): mean coverage@k and MAP over the names of the concepts held out of BNE's training
   (the split in BNE's training.json: 1000 concepts, seeded), each name querying all the others of that pool;
@@ -15,12 +18,18 @@ For each encoder it prints
   and "nearest name" searches the bare mention text (no abbreviation or composite handling; composite mentions
   left out).
 Encoded KB names are cached under --cache (MiniLM takes minutes for MEDIC's 72k names on 2 cores).
+
+`similarity` (4.4) prints Spearman's rho between cosine and human scores for each CSV/TSV of term pairs and each
+encoder (`--model`: a `train-bne` directory, a transformers directory or id; none: the packaged MiniLM), with
+the pairs used and skipped (see `bne.similarity`). `speed` prints names/s encoding MEDIC names, with the load
+average (other jobs on the machine slow it down).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -33,12 +42,14 @@ import typer
 from ..bne.data import held_out_concepts, synonym_sets
 from ..bne.encoder import REPORT_FILE, BNEEncoder
 from ..bne.evaluate import BM25, gold_mentions, nearest_name_accuracy, synonym_closeness, synonym_retrieval_map
+from ..bne.similarity import read_term_pairs, similarity_correlation
+from ..clustering import load_encoder
 from ..corpus import pubtator_to_docs
 from ..encoder import NameEncoder
 from ..evaluation.gold import link_gold_mentions, mention_accuracy
 from ..kb import KnowledgeBase, load_kb
 
-app = typer.Typer(add_completion=False)
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="Phan et al.'s evaluations of name encoders")
 EXACT = 0.9999  # a D-T stage at this cosine answers for identical normalized text only
 
 
@@ -81,11 +92,30 @@ def cached_vectors(label: str, encoder, names: list[str], cache: Path | None) ->
     return vectors
 
 
-def names_per_second(encoder, names: list[str]) -> float:
+def names_per_second(encoder, names: list[str], repeat: int = 1) -> float:
+    """Names encoded per second, the best of `repeat` timed runs after a warm-up."""
     encoder.encode(names[:64])  # warm-up (lazy model load, allocator)
-    start = time.perf_counter()
-    encoder.encode(names)
-    return len(names) / (time.perf_counter() - start)
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        encoder.encode(names)
+        best = min(best, time.perf_counter() - start)
+    return len(names) / best
+
+
+def sample_names(names: list[str], n: int, seed: int = 0) -> list[str]:
+    """A seeded random sample of `n` names (all of them, in order, for n = 0 or n >= len(names))."""
+    if n <= 0 or n >= len(names):
+        return list(names)
+    return [names[i] for i in np.random.default_rng(seed).choice(len(names), size=n, replace=False)]
+
+
+def encoder_label(model: str | None) -> str:
+    return model or "all-MiniLM-L6-v2"
+
+
+def _load_average() -> str:
+    return "/".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def closeness_pool(kb: KnowledgeBase, held_out: list[str]) -> tuple[list[str], list[frozenset[str]]]:
@@ -125,8 +155,8 @@ def ncbi_accuracy(encoder, kb_path: Path, ncbi: Path) -> dict[str, float]:
     return out
 
 
-@app.command()
-def main(
+@app.command("evaluate")
+def evaluate(
     data: Path = typer.Option(Path("../shared/data"), help="Folder with ncbi-disease/ and medic/"),
     bne: Path = typer.Option(Path("training/bne"), help="The trained BNE encoder directory (train-bne)"),
     cache: Path = typer.Option(None, help="Cache folder for the encoded MEDIC names"),
@@ -135,6 +165,8 @@ def main(
     threads: int = typer.Option(1, help="torch threads"),
     output: Path = typer.Option(None, help="Write the figures as JSON here"),
 ) -> None:
+    """BNE against MiniLM on MEDIC and NCBI-disease: names/s, synonym closeness (4.1), retrieval MAP (4.2) and
+    NCBI test Acc@1 (4.3)."""
     torch.set_num_threads(threads)
     kb_path = data / "medic" / "medic_06Jul2012.txt"
     ncbi = data / "ncbi-disease"
@@ -148,8 +180,7 @@ def main(
     gold = [cid for _, cid in mentions]
     candidates = [bm25.top_concepts(q, 20) for q in queries]
     all_names = kb.names()
-    rng = np.random.default_rng(0)
-    sample = [all_names[i] for i in rng.choice(len(all_names), size=min(speed_sample, len(all_names)), replace=False)]
+    sample = sample_names(all_names, speed_sample)
     print(f"MEDIC: {len(kb)} concepts, {len(all_names)} names; closeness pool: {len(held_out)} held-out concepts, "
           f"{len(pool)} names; NCBI test: {len(mentions)} single-concept mentions in MEDIC")  # fmt: skip
 
@@ -182,6 +213,65 @@ def main(
     print(f"torch threads: {torch.get_num_threads()}")
     if output:
         output.write_text(json.dumps(results, indent=2))
+
+
+@app.command("similarity")
+def similarity(
+    pairs: list[Path] = typer.Argument(..., help="CSV/TSV file(s) of scored term pairs with a header row"),
+    model: list[str] = typer.Option(
+        [],
+        "--model",
+        help="Encoder(s): a train-bne directory, a transformers directory or id (repeat to compare; none: MiniLM)",
+    ),
+    term1: str = typer.Option("term1", "--term1", help="Column of the first term (case ignored if no exact match)"),
+    term2: str = typer.Option("term2", "--term2", help="Column of the second term"),
+    score: str = typer.Option("score", "--score", help="Column of the human score"),
+    delimiter: str = typer.Option(
+        None, "--delimiter", help="Field separator (default: tab if the header has one, else comma)"
+    ),
+    strict: bool = typer.Option(
+        False, "--strict", help="Fail on the first bad row (file:line) instead of skipping and counting it"
+    ),
+    threads: int = typer.Option(1, "--threads", help="torch threads"),
+    output: Path = typer.Option(None, "--output", help="Write the results as JSON here"),
+) -> None:
+    """Semantic similarity and relatedness (Phan et al. 2019, 4.4): Spearman's rho between the cosine of each
+    pair's vectors and the human scores."""
+    torch.set_num_threads(threads)
+    read = [read_term_pairs(p, term1, term2, score, delimiter, strict) for p in pairs]  # all checked first
+    results = []
+    for name in model or [None]:
+        encoder = load_encoder(name)
+        for path, term_pairs in zip(pairs, read):
+            row = {"model": encoder_label(name), **similarity_correlation(encoder, term_pairs)}
+            results.append(row)
+            typer.echo(f"{row['model']}  {path}: spearman {row['spearman']:.4f} (p {row['p_value']:.3g}), "
+                       f"{row['pairs_used']} pairs used, {row['pairs_skipped']} skipped")  # fmt: skip
+            for skipped in row["skipped"]:
+                typer.echo(f"  skipped {path}:{skipped['line']}: {skipped['reason']}")
+    if output:
+        output.write_text(json.dumps(results, indent=2))
+
+
+@app.command("speed")
+def speed(
+    model: list[str] = typer.Option([], "--model", help="Encoder(s) as for `similarity` (none: training/bne)"),
+    kb: Path = typer.Option(Path("../shared/data/medic/medic_06Jul2012.txt"), "--kb", help="Names to encode"),
+    names: int = typer.Option(20000, "--names", help="A seeded random sample of this many KB names (0: all)"),
+    repeat: int = typer.Option(3, "--repeat", help="Timed runs; the best is reported"),
+    threads: int = typer.Option(1, "--threads", help="torch threads"),
+    seed: int = typer.Option(0, "--seed", help="Seed of the sample"),
+) -> None:
+    """Names encoded per second (the best of --repeat runs), with the machine's load average before and after."""
+    torch.set_num_threads(threads)
+    sample = sample_names(load_kb(kb).names(), names, seed)
+    for name in model or ["training/bne"]:
+        encoder = load_encoder(name)
+        before = _load_average()
+        rate = names_per_second(encoder, sample, repeat)
+        typer.echo(f"{encoder_label(name)}: {rate:,.0f} names/s ({len(sample):,} names, best of {repeat}, "
+                   f"{torch.get_num_threads()} torch thread(s); load average {before} before, "
+                   f"{_load_average()} after)")  # fmt: skip
 
 
 if __name__ == "__main__":

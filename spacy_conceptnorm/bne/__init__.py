@@ -6,8 +6,9 @@ dictionary's synonym sets with synonym, concept and context objectives, over fro
     vectors = encoder.encode(["heart attack", "myocardial infarction"])  # unit rows, float32
 
 Modules: `vocab` (names to inputs), `model` (the network), `objectives` (the losses), `data` (synonym sets and
-batches), `vectors` (word2vec vectors), `train`, `encoder` (save/load, the registered encoder) and `evaluate`
-(the paper's coverage@k, MAP and nearest-name accuracy).
+batches), `vectors` (word2vec vectors), `train`, `settings` (the `train-bne` recipe, configs/bne.cfg), `encoder`
+(save/load, the registered encoder), `inference` (the fast encoding pass), `evaluate` (the paper's coverage@k, MAP
+and nearest-name accuracy) and `similarity` (Spearman's rho against human similarity scores, section 4.4).
 """
 
 from .encoder import BNEEncoder, make_bne_encoder

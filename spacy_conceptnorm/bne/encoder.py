@@ -43,7 +43,7 @@ class BNEEncoder:
     """
 
     def __init__(
-        self, model: BNE, vocab: Vocab, batch_size: int = 1024, device: str = "cpu", reference: str = "bne"
+        self, model: BNE, vocab: Vocab, batch_size: int = 4096, device: str = "cpu", reference: str = "bne"
     ) -> None:
         if not isinstance(batch_size, int) or batch_size < 1:
             detail = Errors.E964.format(name="batch_size", expected="a positive integer", value=batch_size)
@@ -120,7 +120,7 @@ class BNEEncoder:
         (path / WEIGHTS_FILE).chmod((path / CONFIG_FILE).stat().st_mode)  # safetensors writes owner-only files
 
     @classmethod
-    def load(cls, path: str | Path, batch_size: int = 1024, device: str = "cpu") -> BNEEncoder:
+    def load(cls, path: str | Path, batch_size: int = 4096, device: str = "cpu") -> BNEEncoder:
         """Read a directory written by `save`; a missing, corrupt or mismatched file raises ConceptNormError
         naming it."""
         path = Path(path)
@@ -151,7 +151,7 @@ class BNEEncoder:
 
 
 @registry.misc("spacy_conceptnorm.bne_encoder.v1")
-def make_bne_encoder(path: str, batch_size: int = 1024, device: str = "cpu") -> BNEEncoder:
+def make_bne_encoder(path: str, batch_size: int = 4096, device: str = "cpu") -> BNEEncoder:
     """A trained BNE encoder from its directory (written by `train-bne`).
 
     path (str): The directory.

@@ -177,6 +177,7 @@ def train_from_files(
     dev_path: str | Path | None = None,
     save_vectors: str | Path | None = None,
     log: Callable[[str], None] = print,
+    word2vec: dict | None = None,
 ) -> dict:
     """The `train-bne` command: load the KB, read or train word vectors, train, save the encoder to `output`.
 
@@ -189,6 +190,8 @@ def train_from_files(
     ctd_tsv (Path): A CTD diseases TSV whose definitions join the word-vector text.
     dev_path (Path): A PubTator file whose mentions choose the best epoch.
     save_vectors (Path): Also write trained word vectors here.
+    word2vec (dict): Skip-gram settings for `train_word_vectors` (window, negative, min_count, epochs, workers);
+        the vectors' size is `config.out_dim` and their seed `config.seed`.
     RETURNS (dict): The training report (also written to OUTPUT/training.json).
     """
     kb = load_kb(kb_path)
@@ -198,7 +201,7 @@ def train_from_files(
         source = str(vectors_path)
     else:
         sentences = list(text_sentences(text, kb_path, ctd_tsv))
-        vectors = train_word_vectors(sentences, dim=config.out_dim, seed=config.seed)
+        vectors = train_word_vectors(sentences, dim=config.out_dim, seed=config.seed, **(word2vec or {}))
         source = f"skip-gram on {len(sentences)} sentences ({sum(map(len, sentences))} tokens)"
         if save_vectors is not None:
             vectors.to_disk(save_vectors)
@@ -207,5 +210,7 @@ def train_from_files(
     dev = gold_mentions(kb, dev_path) if dev_path is not None else []
     encoder, report = train_bne(kb, vectors, config, dev, log)
     report.update({"word_vectors": source, "word_vector_seconds": vector_seconds, "kb": str(kb_path)})
+    if vectors_path is None:
+        report["word2vec"] = dict(word2vec or {})
     encoder.save(output, report)
     return report

@@ -85,19 +85,22 @@ class Vocab:
     def batch(self, names: Sequence[str]) -> Batch:
         """Pad a batch of names; each distinct word appears once, so its character BiLSTM runs once."""
         rows: dict[str, int] = {"": 0}  # row 0: the empty word, what an empty name and padding point at
-        token_rows = []
+        words: list[str] = []
+        counts: list[int] = []
         for name in names:
-            token_rows.append([rows.setdefault(w, len(rows)) for w in tokenize(name, self.normalizer)])
+            name_words = tokenize(name, self.normalizer)
+            counts.append(len(name_words))
+            words.extend(name_words)
+        counts = np.array(counts, dtype=np.int64)
+        token_ids = [rows.setdefault(w, len(rows)) for w in words]
         distinct = list(rows)
         char_seqs = [self.char_ids(w) for w in distinct]
-        char_lengths = np.array([len(c) for c in char_seqs], dtype=np.int64)
+        char_lengths = np.fromiter(map(len, char_seqs), dtype=np.int64, count=len(char_seqs))
         char_ids = np.zeros((len(distinct), int(char_lengths.max())), dtype=np.int64)
-        for i, seq in enumerate(char_seqs):
-            char_ids[i, : len(seq)] = seq
-        lengths = np.array([max(1, len(t)) for t in token_rows], dtype=np.int64)
+        char_ids[np.arange(char_ids.shape[1]) < char_lengths[:, None]] = [c for seq in char_seqs for c in seq]
+        lengths = np.maximum(counts, 1)
         tokens = np.zeros((len(names), int(lengths.max()) if len(names) else 1), dtype=np.int64)
-        for i, row in enumerate(token_rows):
-            tokens[i, : len(row)] = row
+        tokens[np.arange(tokens.shape[1]) < counts[:, None]] = token_ids  # row-major: each name's words in order
         word_ids = np.array([self.word_index.get(w, PAD) for w in distinct], dtype=np.int64)
         return Batch(
             torch.from_numpy(word_ids),

@@ -39,9 +39,10 @@ class TextNormalizer:
             raise ConceptNormError(Errors.E009.format(choices=UNICODE_FORMS, value=self.unicode_form))
 
     def __call__(self, text: str) -> str:
-        text = unicodedata.normalize(self.unicode_form, text)
-        if self.strip_accents:
-            text = "".join(c for c in unicodedata.normalize("NFKD", text) if not unicodedata.combining(c))
+        if not text.isascii():  # ASCII is unchanged by every Unicode form and has no combining marks
+            text = unicodedata.normalize(self.unicode_form, text)
+            if self.strip_accents:
+                text = "".join(c for c in unicodedata.normalize("NFKD", text) if not unicodedata.combining(c))
         if self.lowercase:
             text = text.casefold()
         if self.strip_punctuation:
