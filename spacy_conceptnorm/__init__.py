@@ -1,5 +1,10 @@
 """spacy_conceptnorm: link biomedical and clinical entities in spaCy to ontology concepts."""
 
+# ruff: noqa: E402 (the wait policy is set before the imports below load torch)
+from .threads import passive_openmp_by_default
+
+passive_openmp_by_default()  # before anything loads torch: see spacy_conceptnorm.threads
+
 from .about import __version__
 from .component import ConceptNormalizer, make_concept_normalizer
 from .encoder import NameEncoder

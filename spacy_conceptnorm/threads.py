@@ -1,5 +1,14 @@
-"""Process-wide settings, each installed only where the package may make it: one thread per forked worker for torch's
-and FAISS's OpenMP pools, and forked workers that die with their parent.
+"""Process-wide settings, each installed only where the package may make it: a passive OpenMP wait policy, one thread
+per forked worker for torch's and FAISS's OpenMP pools, and forked workers that die with their parent.
+
+OpenMP wait policy. GNU OpenMP (torch's CPU runtime) keeps idle threads spinning between parallel regions; beside
+another CPU-heavy process a spinning thread waits on one that is not scheduled, and the encoder slowed 3 to 19x in
+our measurements (`python -m spacy_conceptnorm.benchmarks.contention`). `OMP_WAIT_POLICY=PASSIVE` lets them sleep,
+at no measurable cost on an idle machine. The runtime reads the variable once, when torch loads, so the package sets
+it (if unset) when it is imported before torch: the command line (`python -m spacy_conceptnorm`, the
+`spacy-conceptnorm` script: annotate, train, evaluate, ...) and any program that imports `spacy_conceptnorm`
+before spaCy or torch. Where torch is already loaded (`import spacy` loads it) nothing changes: export the
+variable yourself.
 
 `nlp.pipe(n_process=...)` forks on Linux, and GNU OpenMP cannot resume the parent's thread pool in a forked child:
 its first parallel region hangs. Forked workers therefore run one torch and one FAISS thread each, as torch's
@@ -20,6 +29,12 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+
+
+def passive_openmp_by_default() -> None:
+    """Set OMP_WAIT_POLICY=PASSIVE unless it is set or torch (and its OpenMP runtime) is loaded already."""
+    if "torch" not in sys.modules:
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 def _one_thread() -> None:

@@ -1,4 +1,6 @@
-"""Importing the package changes nothing process-wide; checkpoints and models are loaded without running code."""
+"""Importing the package changes nothing process-wide once torch is loaded (imported before torch, it sets
+OMP_WAIT_POLICY=PASSIVE if unset: tests/test_reliability.py); checkpoints and models are loaded without running
+code."""
 
 import ast
 import subprocess

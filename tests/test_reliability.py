@@ -382,3 +382,21 @@ def test_an_exception_in_a_worker_ends_the_run_and_keeps_the_finished_records(ru
     assert kept.count(b"\n") >= 20 and (tmp_path / "clean.jsonl").read_bytes().startswith(kept)
     annotate(ruler_nlp, source, tmp_path / "out.jsonl", batch_size=4, progress=False)  # resumed
     assert (tmp_path / "out.jsonl").read_bytes() == (tmp_path / "clean.jsonl").read_bytes()
+
+
+# --- 8. the OpenMP wait policy under contention ------------------------------------------------------------------
+def test_the_package_imported_before_torch_makes_openmp_waits_passive():
+    import subprocess
+    import sys
+
+    code = "import os, {first}; print(os.environ.get('OMP_WAIT_POLICY'))"
+    env = {k: v for k, v in __import__("os").environ.items() if k != "OMP_WAIT_POLICY"}
+
+    def policy(first: str, **extra: str) -> str:
+        out = subprocess.run([sys.executable, "-c", code.format(first=first)], env={**env, **extra},
+                             capture_output=True, text=True, check=True)  # fmt: skip
+        return out.stdout.strip()
+
+    assert policy("spacy_conceptnorm") == "PASSIVE"  # the command line and scripts that import it first
+    assert policy("spacy_conceptnorm", OMP_WAIT_POLICY="ACTIVE") == "ACTIVE"  # the user's choice stands
+    assert policy("torch, spacy_conceptnorm") == "None"  # too late to matter: left alone
