@@ -108,6 +108,7 @@ def write_dir_atomically(path: str | Path, write: Callable[[Path], None]) -> Non
     leaves the previous version."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    recover_dir(path)
     tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.tmp-"))
     tmp.chmod(0o777 & ~current_umask())  # mkdtemp makes it owner-only
     try:
@@ -120,6 +121,17 @@ def write_dir_atomically(path: str | Path, write: Callable[[Path], None]) -> Non
         path.rename(old)
     tmp.rename(path)
     shutil.rmtree(old, ignore_errors=True)
+
+
+def recover_dir(path: str | Path) -> Path:
+    """Put back the previous version of a directory that `write_dir_atomically` moved aside when the process was
+    killed (kill -9, power loss) before the new version took its place; returns the path."""
+    path = Path(path)
+    if not path.exists():
+        old = sorted(path.parent.glob(f".{path.name}.old-*"), key=lambda p: p.stat().st_mtime)
+        if old:
+            old[-1].rename(path)
+    return path
 
 
 def write_msgpack(path: str | Path, data: object) -> None:

@@ -470,3 +470,57 @@ def test_bad_config_raises(tmp_path, overrides, bad, match):
 def test_resume_without_checkpoint_raises(tmp_path, overrides):
     with pytest.raises(ConceptNormError, match="no checkpoint"):
         train(CONFIG, tmp_path, overrides, resume=True)
+
+
+KILLED_TRAINING = """
+import json, os, signal, sys
+from pathlib import Path
+from spacy_conceptnorm.training import trainer
+
+out, overrides, where = Path(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3]
+if where == "swap":  # between moving the epoch-1 checkpoint aside and moving the epoch-2 one in
+    rename = Path.rename
+
+    def killing_rename(self, target):
+        result = rename(self, target)
+        if self.name == "checkpoint" and ".old-" in Path(target).name:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return result
+
+    Path.rename = killing_rename
+else:  # at the second training step of the second epoch
+    save, loss, counts = trainer.save_checkpoint, trainer.batch_loss, {"saved": 0, "steps": 0}
+
+    def counting_save(*args, **kwargs):
+        save(*args, **kwargs)
+        counts["saved"] += 1
+
+    def killing_loss(*args, **kwargs):
+        counts["steps"] += counts["saved"] == 1
+        if counts["steps"] == 2:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return loss(*args, **kwargs)
+
+    trainer.save_checkpoint, trainer.batch_loss = counting_save, killing_loss
+trainer.train(Path(sys.argv[4]), out, overrides)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("where", ["swap", "step"])
+def test_train_killed_then_resumed_gives_the_weights_of_an_uninterrupted_run(tmp_path, overrides, where):
+    import subprocess
+    import sys
+
+    straight = tmp_path / "straight"
+    train(CONFIG, straight, overrides)
+    out = tmp_path / "killed"
+    args = [sys.executable, "-c", KILLED_TRAINING, str(out), json.dumps(overrides), where, str(CONFIG)]
+    killed = subprocess.run(args, capture_output=True, text=True)
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    assert (out / "checkpoint").exists() != (where == "swap")  # the swap killed between its two renames
+    metrics = train(CONFIG, out, overrides, resume=True)
+    assert [h["epoch"] for h in metrics["history"]] == [0, 1, 2]
+    a = NameEncoder(str(out / "model-last")).model.state_dict()
+    b = NameEncoder(str(straight / "model-last")).model.state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in b)  # bitwise

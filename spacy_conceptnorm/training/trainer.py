@@ -42,7 +42,7 @@ from ..errors import ConceptNormError, Errors
 from ..kb import DOMAIN, ONTOLOGY, Concept, KnowledgeBase
 from ..scoring import accuracy_at
 from ..search import SieveSearcher
-from ..util import write_dir_atomically, write_json
+from ..util import recover_dir, write_dir_atomically, write_json
 from . import losses as _losses  # noqa: F401  (registers the losses)
 from .data import build_training_data, gold_mentions, mention_pairs
 from .samplers import Batch, TripletSampler
@@ -218,6 +218,7 @@ def save_checkpoint(path: Path, encoder: NameEncoder, optimizer, scheduler, stat
 
 
 def load_checkpoint_state(path: Path) -> dict:
+    recover_dir(path)  # killed while the next checkpoint was moved in: the one before
     if not (path / STATE_FILE).exists():
         raise ConceptNormError(Errors.E705.format(path=path.parent))
     try:
