@@ -641,9 +641,11 @@ def _is_packed_file(name: Any, content: Any) -> bool:
 
 def _preference(found: tuple[str, Match]) -> tuple[float, float]:
     """Of a mention and its long form, the more confident answer; ties (an uncalibrated confidence is the top
-    score clipped to 1, and exact matches of both reach it) go to the higher raw score, as the sieve ranks."""
+    score clipped to 1, and exact matches of both reach it) go to the higher raw score, as the sieve ranks, both
+    rounded as the sieve rounds so that float noise (two exact matches at 1 +- 1e-7) is a tie, which `max` gives
+    to the mention, searched first."""
     match = found[1]
-    return (match.confidence, match.score)
+    return (round(match.confidence, 6), round(match.score, 5))
 
 
 def _context(ent: Span, text: str | None = None) -> str:

@@ -338,3 +338,17 @@ def test_pair_scorer_column_is_trained_saved_and_loaded(train_docs, test_docs, k
     scorer.contexts.clear()
     normalizer(doc)
     assert "Patients with [colorectal tumours] were seen." in scorer.contexts
+
+
+def test_mention_and_long_form_ties_ignore_float_noise():
+    from spacy_conceptnorm.component import _preference
+    from spacy_conceptnorm.search import Match
+
+    mention = ("AS", Match([("D1", 0.99999994)], ["as"], "OD-T", {}, 1.0))
+    long_form = ("angelman syndrome", Match([("D2", 1.00000012)], ["angelman syndrome"], "OD-T", {}, 1.0))
+    assert max([mention, long_form], key=_preference)[0] == "AS"  # exact matches both: a tie, the mention wins
+    surer = ("angelman syndrome", Match([("D2", 0.97)], ["angelman syndrome"], "OD-T", {}, 1.0 - 1e-3))
+    assert max([mention, surer], key=_preference)[0] == "AS"
+    better = ("angelman syndrome", Match([("D2", 0.97)], ["angelman syndrome"], "OD-T", {}, 1.0))
+    weaker = ("AS", Match([("D1", 0.91)], ["as"], "OD-T", {}, 1.0))
+    assert max([weaker, better], key=_preference)[0] == "angelman syndrome"  # same confidence: the higher score
