@@ -330,12 +330,14 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads /proc")
-def test_annotate_workers_die_when_their_parent_is_killed(tmp_path):
+def test_annotate_killed_leaves_no_worker_and_resumes(tmp_path):
+    import json
     import os
     import signal
     import subprocess
     import sys
     import time
+    import warnings
 
     parent = subprocess.Popen([sys.executable, "-c", WORKER_SCRIPT, str(tmp_path)], cwd=tmp_path)
     try:
@@ -349,6 +351,14 @@ def test_annotate_workers_die_when_their_parent_is_killed(tmp_path):
         while any(map(_alive, workers)) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert not any(map(_alive, workers))
+        # and the run resumes: every document once, in order (a half-written last record cut off)
+        from spacy_conceptnorm.annotate import annotate
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            annotate(spacy.blank("en"), tmp_path / "in.jsonl", tmp_path / "out.jsonl", progress=False)
+        ids = [json.loads(line)["id"] for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+        assert ids == [str(i) for i in range(1000)]
     finally:
         parent.kill()
         for pid in [int(p.name) for p in tmp_path.iterdir() if p.name.isdigit()]:
