@@ -1,0 +1,152 @@
+"""Property-based tests (hypothesis, issue 15): the KB loaders, the normalizer, the abbreviation resolver, the
+composite splitter and the linker on arbitrary text and entity spans. Whatever the input: no exception other than
+the package's ConceptNormError, spans and offsets inside the text, `kb_ents` a list of (concept id, score) tuples.
+
+Examples per property: 200 in the default run (CI), 2,000 with HYPOTHESIS_PROFILE=thorough.
+"""
+
+import gzip
+import math
+import os
+import tempfile
+import warnings
+from pathlib import Path
+
+import pytest
+import spacy
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from spacy.language import Language
+from spacy.tokens import Span
+
+from spacy_conceptnorm.errors import ConceptNormError
+from spacy_conceptnorm.kb import READERS, load_kb
+from spacy_conceptnorm.text.abbreviations import find_abbreviations
+from spacy_conceptnorm.text.composites import split_composite
+from spacy_conceptnorm.text.normalize import TextNormalizer
+
+from .conftest import FIXTURES
+from .fake_encoder import TrigramEncoder
+
+settings.register_profile(
+    "ci", max_examples=200, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.register_profile("thorough", max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+# words that reach the rules' branches (conjunctions, prepositions, parentheses, short forms, the splitter's own
+# placeholder characters, separators of the KB formats) mixed with any text
+WORDS = ["breast", "and", "or", "ovarian", "cancer", "cancers", ",", "(", ")", "/", "of", "the", "in", "type", "1",
+         "2", "non", "plus", "vs", "+", "-", "BRCA1-", "HNPCC", "hereditary", "nonpolyposis", "colorectal", "C2",
+         "hand, foot and mouth disease", "\ue000", "\ue0000\ue001", "\ue0009\ue001", "|", "||", "\t", ":",
+         "[Term]", "id:", "name:", "synonym:", '"', "{", "}", "\n", "\r", "\ufeff", "MESH:D001943", "OMIM:114480",
+         "Sjögren", "ﬁ", "İ"]  # fmt: skip
+ANY = st.text(st.characters(), max_size=40)
+TEXT = st.lists(st.sampled_from(WORDS) | ANY, max_size=25).map(" ".join)
+DOC_TEXT = st.lists(
+    st.sampled_from(WORDS) | st.text(st.characters(blacklist_categories=("Cs",)), max_size=20), max_size=25
+).map(" ".join)  # spaCy's tokenizer needs text that can be UTF-8: no lone surrogates
+
+
+@spacy.registry.misc("test_properties.trigram_encoder.v1")
+def trigram_encoder() -> TrigramEncoder:
+    return TrigramEncoder()
+
+
+@pytest.fixture(scope="module")
+def nlp(tmp_path_factory) -> Language:
+    lines = (FIXTURES / "medic_sample.txt").read_text().splitlines()
+    kb_file = tmp_path_factory.mktemp("kb") / "medic.txt"
+    kb_file.write_text("\n".join(lines[::10]) + "\n")  # a tenth of the sample: each example links in milliseconds
+    nlp = spacy.blank("en")
+    nlp.add_pipe("abbreviation_resolver")
+    nlp.add_pipe("composite_splitter")
+    normalizer = nlp.add_pipe("concept_normalizer", config={"encoder": {"@misc": "test_properties.trigram_encoder.v1"}})
+    normalizer.initialize(nlp=nlp, kb=load_kb(kb_file))
+    return nlp
+
+
+# --- knowledge base loaders ---------------------------------------------------------------------------------------
+def _load(content: bytes, fmt: str, suffix: str = "") -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / f"kb.txt{suffix}"
+        path.write_bytes(content)
+        try:
+            kb = load_kb(path, format=fmt)
+        except ConceptNormError:
+            return
+    assert len(kb) >= 1
+    for name in kb.names():
+        assert name == name.strip() and all(kb.resolve(cid) for cid in kb.concepts_for(name))
+
+
+@given(st.lists(TEXT, max_size=8).map("\n".join), st.sampled_from(sorted(READERS)))
+def test_kb_loaders_on_any_text(text, fmt):
+    _load(text.encode("utf-8", "surrogatepass"), fmt)
+
+
+@given(st.binary(max_size=300), st.sampled_from(sorted(READERS)), st.sampled_from(["", ".gz"]))
+def test_kb_loaders_on_any_bytes(content, fmt, suffix):
+    if suffix and content[:1] == b"+":  # a valid gzip stream around the bytes, cut short at the end
+        content = gzip.compress(content)[: -len(content) // 2 or None]
+    _load(content, fmt, suffix)
+
+
+# --- text functions -----------------------------------------------------------------------------------------------
+@given(TEXT)
+def test_the_normalizer_gives_stripped_single_spaced_keys(text):
+    key = TextNormalizer()(text)
+    assert key == key.strip() and "  " not in key
+    assert TextNormalizer()(key) == key  # stored keys are found again when normalized twice
+
+
+@given(TEXT)
+def test_abbreviations_point_into_the_text(text):
+    for a in find_abbreviations(text):
+        assert 0 <= a.short_start < a.short_end <= len(text) and 0 <= a.long_start < a.long_end <= len(text)
+        assert text[a.short_start : a.short_end] == a.short and text[a.long_start : a.long_end] == a.long
+
+
+@given(TEXT, st.lists(TEXT, max_size=3), st.booleans())
+def test_the_composite_splitter_gives_parts(text, protected, interventions):
+    try:
+        parts = split_composite(text, protected=protected, split_interventions=interventions)
+    except ConceptNormError:
+        return
+    assert parts and all(isinstance(p, str) for p in parts)
+    assert len(parts) == 1 or all(p.strip() for p in parts)
+
+
+# --- the pipeline: abbreviation_resolver -> composite_splitter -> concept_normalizer --------------------------------
+BLANK = spacy.blank("en")
+
+
+@st.composite
+def docs_with_spans(draw):
+    text = draw(DOC_TEXT)
+    n_tokens = len(BLANK.make_doc(text))
+    cuts = sorted(draw(st.sets(st.integers(0, n_tokens), max_size=8)))
+    spans = [(a, b) for a, b in zip(cuts[::2], cuts[1::2]) if a < b]
+    return text, spans
+
+
+@settings(suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(docs_with_spans())
+def test_the_linker_keeps_spans_and_kb_ents_shape(nlp, case):
+    text, spans = case
+    doc = nlp.make_doc(text)
+    doc.ents = [Span(doc, a, b, label="Disease") for a, b in spans]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        doc = nlp(doc)
+    assert [(e.start, e.end) for e in doc.ents] == spans
+    for ent in doc.ents:
+        assert 0 <= ent.start_char <= ent.end_char <= len(doc.text)
+        assert isinstance(ent.kb_id_, str) and ent.kb_id_
+        assert isinstance(ent._.kb_ents, list)
+        for cid, score in ent._.kb_ents:
+            assert isinstance(cid, str) and isinstance(score, float) and math.isfinite(score)
+        assert ent._.kb_confidence is None or 0.0 <= ent._.kb_confidence <= 1.0 + 1e-6
+        long_form = ent._.long_form
+        assert long_form is None or isinstance(long_form, str)
+        assert ent._.composite_parts is None or all(isinstance(p, str) for p in ent._.composite_parts)
