@@ -197,7 +197,7 @@ def test_kb_ents_are_bitwise_identical_whatever_the_batch_size(real_encoder, tes
     from .test_component import blank_copy
 
     lines = (FIXTURES / "medic_sample.txt").read_text().splitlines()
-    (tmp_path / "kb.txt").write_text("\n".join(lines[::8]) + "\n")
+    (tmp_path / "kb.txt").write_text("\n".join(lines[::16]) + "\n")
     nlp = spacy.blank("en")
     normalizer = nlp.add_pipe("concept_normalizer")
     normalizer.encoder = real_encoder
@@ -395,18 +395,24 @@ def test_an_exception_in_a_worker_ends_the_run_and_keeps_the_finished_records(ru
 
 
 # --- 8. the OpenMP wait policy under contention ------------------------------------------------------------------
-def test_the_package_imported_before_torch_makes_openmp_waits_passive():
+def test_the_package_imported_before_torch_makes_openmp_waits_passive(monkeypatch):
+    import os
     import subprocess
     import sys
 
-    code = "import os, {first}; print(os.environ.get('OMP_WAIT_POLICY'))"
-    env = {k: v for k, v in __import__("os").environ.items() if k != "OMP_WAIT_POLICY"}
+    from spacy_conceptnorm.threads import passive_openmp_by_default
 
-    def policy(first: str, **extra: str) -> str:
-        out = subprocess.run([sys.executable, "-c", code.format(first=first)], env={**env, **extra},
-                             capture_output=True, text=True, check=True)  # fmt: skip
-        return out.stdout.strip()
-
-    assert policy("spacy_conceptnorm") == "PASSIVE"  # the command line and scripts that import it first
-    assert policy("spacy_conceptnorm", OMP_WAIT_POLICY="ACTIVE") == "ACTIVE"  # the user's choice stands
-    assert policy("torch, spacy_conceptnorm") == "None"  # too late to matter: left alone
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    code = "import os, spacy_conceptnorm; print(os.environ.get('OMP_WAIT_POLICY'))"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "PASSIVE"  # the command line, and scripts that import the package first
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    passive_openmp_by_default()  # torch is loaded here: too late to matter, left alone
+    assert "OMP_WAIT_POLICY" not in os.environ
+    monkeypatch.delitem(sys.modules, "torch")  # as if torch were not loaded yet (put back after the test)
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
+    passive_openmp_by_default()
+    assert os.environ["OMP_WAIT_POLICY"] == "ACTIVE"  # the user's choice stands
+    monkeypatch.delenv("OMP_WAIT_POLICY")
+    passive_openmp_by_default()
+    assert os.environ["OMP_WAIT_POLICY"] == "PASSIVE"
