@@ -193,6 +193,7 @@ def test_undo_keeps_a_synonym_that_was_there_before(session):
     client.post("/api/undo", json={})
     assert link(curation.nlp, "zzq syndrome") == BREAST_CANCER
     curation.normalizer.remove_synonyms([("zzq syndrome", BREAST_CANCER)])
+    assert link(curation.nlp, "zzq syndrome") == "NIL"  # the page's add and undo left no extra count behind
 
 
 def test_decisions_and_synonyms_survive_a_restart(pipeline_dir, out, session):

@@ -169,8 +169,8 @@ class Curation:
         if i is not None:
             self.decisions[i].remove(event)
         if event["action"] == "synonym":
-            if event.get("new"):  # a pair that was there before the session stays
-                self.normalizer.remove_synonyms([(event["text"], event["concept_id"])])
+            # add_synonyms counts a pair added again, so this removal leaves a pair that was there before
+            self.normalizer.remove_synonyms([(event["text"], event["concept_id"])])
             changed = sorted(set(changed) | set(self._relink(self.kb.normalizer(event["text"]))))
         self.version += 1
         return changed
