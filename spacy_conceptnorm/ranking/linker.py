@@ -73,7 +73,7 @@ class Linker:
         if state != self._cache_state:
             self._cache.clear()
             self._cache_state = state
-        cacheable = self.ranker is None or not self.ranker.scorers  # pair scorers may read the context
+        cacheable = not self.needs_context  # an answer read from the context is not the text's alone
         answers: dict[str, Match] = {}
         if cacheable:
             for key in first:
