@@ -404,7 +404,7 @@ def test_the_package_imported_before_torch_makes_openmp_waits_passive(monkeypatc
 
     env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
     code = "import os, spacy_conceptnorm; print(os.environ.get('OMP_WAIT_POLICY'))"
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True, timeout=120)
     assert out.stdout.strip() == "PASSIVE"  # the command line, and scripts that import the package first
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
     passive_openmp_by_default()  # torch is loaded here: too late to matter, left alone

@@ -516,7 +516,7 @@ def test_train_killed_then_resumed_gives_the_weights_of_an_uninterrupted_run(tmp
     train(CONFIG, straight, overrides)
     out = tmp_path / "killed"
     args = [sys.executable, "-c", KILLED_TRAINING, str(out), json.dumps(overrides), where, str(CONFIG)]
-    killed = subprocess.run(args, capture_output=True, text=True)
+    killed = subprocess.run(args, capture_output=True, text=True, timeout=240)
     assert killed.returncode == -9, killed.stderr[-2000:]
     assert (out / "checkpoint").exists() != (where == "swap")  # the swap killed between its two renames
     metrics = train(CONFIG, out, overrides, resume=True)
