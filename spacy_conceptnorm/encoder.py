@@ -19,7 +19,7 @@ import torch
 from spacy.util import registry
 
 from .errors import ConceptNormError, Errors
-from .threads import one_thread_in_forked_workers
+from .threads import install_thread_settings
 
 PACKAGED_MODEL = "all-MiniLM-L6-v2"
 QUERY_ROWS, QUERY_WIDTH = 8, 8  # the batch shape of `encode_queries`: texts per batch, token multiple
@@ -88,7 +88,7 @@ class NameEncoder:
         self.device = device or best_device()
         self._model = None
         self._tokenizer = None
-        one_thread_in_forked_workers()
+        install_thread_settings()
 
     @property
     def path(self) -> str:

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from .errors import ConceptNormError, Errors
-from .threads import one_thread_in_forked_workers
+from .threads import install_thread_settings
 
 INDEX_TYPES = ("exact", "flat", "hnsw", "ivf")
 QUERY_CHUNK = 512  # queries per matrix product in exact search: bounds the score matrix to 512 x names
@@ -56,7 +56,7 @@ class VectorIndex:
         self._removed: set[int] = set()  # hnsw only
         self._index = self._new_index()
         self._gpu_index = None
-        one_thread_in_forked_workers()  # FAISS and torch (the exact index) hang in forked workers otherwise
+        install_thread_settings()  # FAISS and torch (the exact index) hang in forked workers otherwise
 
     def _new_index(self):
         if self.index_type == "exact":

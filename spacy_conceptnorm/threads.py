@@ -1,5 +1,6 @@
-"""Process-wide settings, each installed only where the package may make it: a passive OpenMP wait policy, one thread
-per forked worker for torch's and FAISS's OpenMP pools, and forked workers that die with their parent.
+"""Process-wide settings, each installed only where the package may make it: a passive OpenMP wait policy, no more
+threads than the CPUs the process may use, one thread per forked worker for torch's and FAISS's OpenMP pools, and
+forked workers that die with their parent.
 
 OpenMP wait policy. GNU OpenMP (torch's CPU runtime) keeps idle threads spinning between parallel regions; beside
 another CPU-heavy process a spinning thread waits on one that is not scheduled, and the encoder slowed 3 to 19x in
@@ -10,12 +11,17 @@ it (if unset) when it is imported before torch: the command line (`python -m spa
 before spaCy or torch. Where torch is already loaded (`import spacy` loads it) nothing changes: export the
 variable yourself.
 
+CPU budget. torch and FAISS start one OpenMP thread per CPU in the process's affinity mask, but a container's CPU
+quota (cgroup `cpu.max`, or `cpu.cfs_quota_us` in cgroup v1) may allow far fewer: 32 threads on a 2-CPU quota
+spend their time throttled at barriers, and a forward pass that takes milliseconds takes seconds. Unless the user
+chose a number (`OMP_NUM_THREADS`), the pools are cut to the budget, the quota rounded up.
+
 `nlp.pipe(n_process=...)` forks on Linux, and GNU OpenMP cannot resume the parent's thread pool in a forked child:
 its first parallel region hangs. Forked workers therefore run one torch and one FAISS thread each, as torch's
 DataLoader workers do (the workers share the cores anyway).
 
-This is a process-wide side effect, so it is not done at import: the first `NameEncoder` or `VectorIndex` installs
-it, which every pipeline with a concept_normalizer builds before it can fork.
+These are process-wide side effects, so they are not made at import: the first `NameEncoder` or `VectorIndex`
+installs them, which every pipeline with a concept_normalizer builds before it can fork.
 """
 
 from __future__ import annotations
@@ -37,6 +43,44 @@ def passive_openmp_by_default() -> None:
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
+CGROUP_V2_MAX = "/sys/fs/cgroup/cpu.max"  # "QUOTA PERIOD" or "max PERIOD"
+CGROUP_V1_QUOTA = "/sys/fs/cgroup/cpu/cpu.cfs_quota_us"  # -1: no quota
+CGROUP_V1_PERIOD = "/sys/fs/cgroup/cpu/cpu.cfs_period_us"
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def cpu_budget() -> int:
+    """The CPUs this process may use: its affinity mask, lowered to the cgroup CPU quota (rounded up) if any."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    v2 = (_read(CGROUP_V2_MAX) or "").split()
+    quota, period = (v2[0], v2[1]) if len(v2) == 2 else (_read(CGROUP_V1_QUOTA), _read(CGROUP_V1_PERIOD))
+    try:
+        quota_cpus = -(-int(quota) // int(period)) if int(quota) > 0 and int(period) > 0 else cpus  # ceil
+    except (TypeError, ValueError):  # "max", a missing file, an unreadable value: no quota
+        quota_cpus = cpus
+    return max(1, min(cpus, quota_cpus))
+
+
+def threads_within_budget() -> None:
+    """Lower torch's and FAISS's thread counts to `cpu_budget()`, unless OMP_NUM_THREADS says how many."""
+    if os.environ.get("OMP_NUM_THREADS"):
+        return
+    budget = cpu_budget()
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.get_num_threads() > budget:
+        torch.set_num_threads(budget)
+    faiss = sys.modules.get("faiss")
+    if faiss is not None and faiss.omp_get_max_threads() > budget:
+        faiss.omp_set_num_threads(budget)
+
+
 def _one_thread() -> None:
     if "torch" in sys.modules:  # only what the parent had imported: nothing is imported in the child
         sys.modules["torch"].set_num_threads(1)
@@ -45,8 +89,9 @@ def _one_thread() -> None:
 
 
 @functools.cache
-def one_thread_in_forked_workers() -> None:
-    """Install the fork hook (once per process)."""
+def install_thread_settings() -> None:
+    """Keep this process's pools within its CPU budget and give forked workers one thread (once per process)."""
+    threads_within_budget()
     os.register_at_fork(after_in_child=_one_thread)
 
 

@@ -395,6 +395,52 @@ def test_an_exception_in_a_worker_ends_the_run_and_keeps_the_finished_records(ru
 
 
 # --- 8. the OpenMP wait policy under contention ------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "v2, v1_quota, expected",
+    [
+        ("150000 100000", None, 2),  # 1.5 CPUs of quota: two threads
+        ("100000 100000", None, 1),
+        ("max 100000", None, 4),  # no quota: the affinity mask
+        (None, "50000", 1),  # cgroup v1, period 100000
+        (None, "-1", 4),
+        ("garbage", None, 4),
+        (None, None, 4),  # no cgroup files at all
+    ],
+)
+def test_the_cpu_budget_follows_the_cgroup_quota(tmp_path, monkeypatch, v2, v1_quota, expected):
+    from spacy_conceptnorm import threads
+
+    for name, value in [("CGROUP_V2_MAX", v2), ("CGROUP_V1_QUOTA", v1_quota), ("CGROUP_V1_PERIOD", "100000")]:
+        path = tmp_path / name
+        if value is not None:
+            path.write_text(value + "\n")
+        monkeypatch.setattr(threads, name, str(path))
+    monkeypatch.setattr(threads.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    assert threads.cpu_budget() == expected
+
+
+def test_torch_and_faiss_threads_are_cut_to_the_budget_unless_the_user_chose(monkeypatch):
+    import faiss
+    import torch
+
+    from spacy_conceptnorm import threads
+
+    before = torch.get_num_threads(), faiss.omp_get_max_threads()
+    try:
+        torch.set_num_threads(3)
+        faiss.omp_set_num_threads(3)
+        monkeypatch.setattr(threads, "cpu_budget", lambda: 1)
+        monkeypatch.setenv("OMP_NUM_THREADS", "3")
+        threads.threads_within_budget()
+        assert (torch.get_num_threads(), faiss.omp_get_max_threads()) == (3, 3)  # the user's number stands
+        monkeypatch.delenv("OMP_NUM_THREADS")
+        threads.threads_within_budget()
+        assert (torch.get_num_threads(), faiss.omp_get_max_threads()) == (1, 1)
+    finally:
+        torch.set_num_threads(before[0])
+        faiss.omp_set_num_threads(before[1])
+
+
 def test_the_package_imported_before_torch_makes_openmp_waits_passive(monkeypatch):
     import os
     import subprocess
