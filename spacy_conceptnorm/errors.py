@@ -27,6 +27,10 @@ class Errors(metaclass=ErrorsWithCodes):
     E103 = "Unknown index type {index_type!r}; choose one of {choices}."
     E104 = "Vector dimension mismatch: the index holds {expected}-d vectors, got {found}-d."
     E105 = "Unknown precision {precision!r}; choose 'auto', 'fp32', 'bf16' or 'fp16'."
+    # encoder runtime (issue 14, a lighter single machine)
+    E130 = "Unknown encoder runtime {runtime!r}; choose 'torch' or 'onnx'."
+    E131 = "The encoder's runtime 'onnx' needs the {module} package ({detail}): pip install 'spacy-conceptnorm[onnx]'."
+    E132 = "The encoder's runtime 'onnx' computes in fp32: precision {precision!r} needs runtime 'torch'."
     # search
     E201 = (
         "Invalid search strategy {strategy!r}: write stages as TARGET-REPR joined by '+', e.g. 'D-T+OD-T', "
