@@ -150,6 +150,24 @@ class Errors(metaclass=ErrorsWithCodes):
         "An `annotate` worker process failed: {detail}. The documents finished before it are in {path}; "
         "run the command again to resume."
     )
+    # annotate --engine ray (issue 14)
+    E990 = "annotate --engine ray needs Ray Data: pip install 'spacy-conceptnorm[ray]' (or 'ray[data]')."
+    E991 = (
+        "{path} is not a manifest that `annotate --engine ray` can resume from ({detail}). Move its directory away "
+        "to start the shards over."
+    )
+    E992 = "{name} must be {expected}, got {value!r}."
+    E993 = "Cannot connect to the Ray cluster at {address!r}: {detail}"
+    E994 = (
+        "`annotate --engine ray` failed: {detail}. The finished shards are kept in {path}; run the command again "
+        "to resume."
+    )
+    E995 = (
+        "Shards {shards} did not come back complete from Ray. The finished shards are kept in {path}; run the "
+        "command again to resume."
+    )
+    E996 = "{options}: not an option of --engine {engine}."
+    E997 = "Unknown engine {engine!r}; choose 'local' or 'ray'."
     # curation server (serve command)
     E970 = (
         "Refusing to serve on {host!r} without a token: anyone who can reach that address could change the "
@@ -165,6 +183,8 @@ class Warnings(metaclass=ErrorsWithCodes):
     W002 = "{count} entities longer than {max_chars} characters were truncated before encoding."
     # reliability (issue 15)
     W980 = "composite_splitter: the entity {text!r} could not be split ({error}); it is linked whole."
+    # annotate --engine ray (issue 14)
+    W990 = "{path} was written with other settings ({changed}): its shards are done again."
     # curation server (serve command)
     W970 = "{path}:{line}: the last record is incomplete (annotate still writing, or killed); it is skipped."
     W971 = "{path}:{line}: the last review is incomplete ({size} bytes, the server was killed mid-write); cut off."
