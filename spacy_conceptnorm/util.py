@@ -139,8 +139,9 @@ def write_msgpack(path: str | Path, data: object) -> None:
         f.write(srsly.msgpack_dumps(data))
 
 
-def read_msgpack(path: str | Path, what: str, expected_format: str, expected_version: int) -> dict:
-    """Read a msgpack file written by `write_msgpack` and check its format tag and version."""
+def read_msgpack(path: str | Path, what: str, expected_format: str, expected_version: int | tuple[int, ...]) -> dict:
+    """Read a msgpack file written by `write_msgpack` and check its format tag and version (one of them, given a
+    tuple: the first is the current one)."""
     path = Path(path)
     if not path.exists():
         raise ConceptNormError(Errors.E002.format(path=path))
@@ -151,13 +152,17 @@ def read_msgpack(path: str | Path, what: str, expected_format: str, expected_ver
     return check_format(path, data, what, expected_format, expected_version)
 
 
-def check_format(path: Path, data: object, what: str, expected_format: str, expected_version: int) -> dict:
-    """`data` read from `path`, when it carries the expected format tag and version; else E003 naming the file."""
+def check_format(
+    path: Path, data: object, what: str, expected_format: str, expected_version: int | tuple[int, ...]
+) -> dict:
+    """`data` read from `path`, when it carries the expected format tag and version (one of them, given a tuple:
+    the first is the current one); else E003 naming the file."""
+    versions = expected_version if isinstance(expected_version, tuple) else (expected_version,)
     found = data.get("format") if isinstance(data, dict) else None
-    if found != expected_format or data.get("version") != expected_version:
+    if found != expected_format or data.get("version") not in versions:
         found_desc = f"{found}/{data.get('version')}" if isinstance(data, dict) else type(data).__name__
         raise ConceptNormError(
-            Errors.E003.format(path=path, what=what, found=found_desc, expected=f"{expected_format}/{expected_version}")
+            Errors.E003.format(path=path, what=what, found=found_desc, expected=f"{expected_format}/{versions[0]}")
         )
     return data
 
