@@ -25,7 +25,7 @@ import torch
 from spacy.util import registry
 
 from .errors import ConceptNormError, Errors
-from .threads import install_thread_settings
+from .threads import install_thread_settings, one_thread_if_oversubscribed
 
 PACKAGED_MODEL = "all-MiniLM-L6-v2"
 RUNTIMES = ("torch", "onnx")
@@ -292,7 +292,7 @@ class NameEncoder:
         was_training = self.model.training
         self.model.eval()
         try:
-            with torch.inference_mode(), autocast:
+            with torch.inference_mode(), autocast, one_thread_if_oversubscribed():
                 yield
         finally:
             self.model.train(was_training)

@@ -8,8 +8,9 @@ our measurements (`python -m spacy_conceptnorm.benchmarks.contention`). `OMP_WAI
 at no measurable cost on an idle machine. The runtime reads the variable once, when torch loads, so the package sets
 it (if unset) when it is imported before torch: the command line (`python -m spacy_conceptnorm`, the
 `spacy-conceptnorm` script: annotate, train, evaluate, ...) and any program that imports `spacy_conceptnorm`
-before spaCy or torch. Where torch is already loaded (`import spacy` loads it) nothing changes: export the
-variable yourself.
+before spaCy or torch. Where torch is already loaded (`import spacy` loads it) the variable cannot take effect:
+the encoder then runs on one thread while the machine is oversubscribed (`one_thread_if_oversubscribed`); export
+the variable yourself to keep both threads.
 
 CPU budget. torch and FAISS start one OpenMP thread per CPU in the process's affinity mask, but a container's CPU
 quota (cgroup `cpu.max`, or `cpu.cfs_quota_us` in cgroup v1) may allow far fewer: 32 threads on a 2-CPU quota
@@ -36,11 +37,35 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+_spinning: list[bool] = [False]  # torch was loaded before the package, its wait policy left to OpenMP's default
+
 
 def passive_openmp_by_default() -> None:
     """Set OMP_WAIT_POLICY=PASSIVE unless it is set or torch (and its OpenMP runtime) is loaded already."""
     if "torch" not in sys.modules:
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    _spinning[0] = "torch" in sys.modules and "OMP_WAIT_POLICY" not in os.environ
+
+
+@contextmanager
+def one_thread_if_oversubscribed() -> Iterator[None]:
+    """Run the block on one torch thread when torch's threads spin (loaded before the package, no wait policy
+    chosen) and the machine is oversubscribed (1-minute load average above the CPU budget); else leave it alone.
+
+    Spinning threads wait on threads that are not scheduled: under load, one thread encoded 90 names/s where two
+    spinning ones gave 27 (`benchmarks.contention`, a 2-core machine at load 9-15). fp32 encodings were bitwise
+    identical on one and two threads here (300 MEDIC names), so the answer does not depend on the load.
+    """
+    torch = sys.modules.get("torch")
+    if torch is None or not _spinning[0] or os.getloadavg()[0] <= cpu_budget():
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 CGROUP_V2_MAX = "/sys/fs/cgroup/cpu.max"  # "QUOTA PERIOD" or "max PERIOD"

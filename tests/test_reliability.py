@@ -395,6 +395,32 @@ def test_an_exception_in_a_worker_ends_the_run_and_keeps_the_finished_records(ru
 
 
 # --- 8. the OpenMP wait policy under contention ------------------------------------------------------------------
+def test_spinning_threads_drop_to_one_only_while_the_machine_is_oversubscribed(monkeypatch):
+    import torch
+
+    from spacy_conceptnorm import threads
+
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        monkeypatch.setattr(threads, "cpu_budget", lambda: 2)
+        monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+        threads.passive_openmp_by_default()  # torch is loaded: its threads spin
+        for load, inside in [(1.5, 2), (2.0, 2), (3.2, 1)]:
+            monkeypatch.setattr(threads.os, "getloadavg", lambda load=load: (load, load, load))
+            with threads.one_thread_if_oversubscribed():
+                assert torch.get_num_threads() == inside
+            assert torch.get_num_threads() == 2  # restored
+        monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
+        threads.passive_openmp_by_default()  # a chosen policy: left alone even under load
+        with threads.one_thread_if_oversubscribed():
+            assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+        monkeypatch.undo()
+        threads.passive_openmp_by_default()
+
+
 @pytest.mark.parametrize(
     "v2, v1_quota, expected",
     [

@@ -3,10 +3,11 @@
     python -m spacy_conceptnorm.benchmarks.contention [--names 600] [--hogs 1] [--repeats 3]
 
 Each run is a fresh process that encodes `--names` names of the MEDIC test sample with the packaged
-all-MiniLM-L6-v2 (fp32, torch's default threads), started three ways: "torch first" imports torch before the
-package, as `import spacy` does (GNU OpenMP's default, spinning waits: the behaviour before the package set a
-default), "package first" imports spacy_conceptnorm first (its default, OMP_WAIT_POLICY=PASSIVE, as on the command
-line), and "PASSIVE" exports the variable. Each is timed alone and beside `--hogs` busy-looping processes, in
+all-MiniLM-L6-v2 (fp32, torch's default threads), started five ways: "torch first" imports torch before the
+package, as `import spacy` does (GNU OpenMP's default, spinning waits), with the package's rule for that case (one
+thread while the load average exceeds the CPUs), without it (the behaviour before), and on one thread throughout;
+"package first" imports spacy_conceptnorm first (its default, OMP_WAIT_POLICY=PASSIVE, as on the command line),
+and "PASSIVE" exports the variable. Each is timed alone and beside `--hogs` busy-looping processes, in
 turn, `--repeats` times; the table gives the median names/second.
 """
 
@@ -37,8 +38,10 @@ encoder.encode(names)
 print(len(names) / (time.perf_counter() - start), os.environ.get("OMP_WAIT_POLICY", "unset"), torch.get_num_threads())
 """
 SETUPS = {
-    "torch first (before)": ("import torch", {}),
-    "package first (after)": ("import spacy_conceptnorm", {}),
+    "torch first, spinning (before)": ("import torch, spacy_conceptnorm.threads as t; t._spinning[0] = False", {}),
+    "torch first (one thread when oversubscribed)": ("import torch", {}),
+    "torch first, one thread": ("import torch; torch.set_num_threads(1)", {}),
+    "package first": ("import spacy_conceptnorm", {}),
     "OMP_WAIT_POLICY=PASSIVE": ("import torch", {"OMP_WAIT_POLICY": "PASSIVE"}),
 }
 
