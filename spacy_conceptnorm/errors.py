@@ -27,6 +27,13 @@ class Errors(metaclass=ErrorsWithCodes):
     E103 = "Unknown index type {index_type!r}; choose one of {choices}."
     E104 = "Vector dimension mismatch: the index holds {expected}-d vectors, got {found}-d."
     E105 = "Unknown precision {precision!r}; choose 'auto', 'fp32', 'bf16' or 'fp16'."
+    # vector store and indexes at scale (issue 14, part 2)
+    E106 = "{vectors} vectors given for {ids} ids: give one vector per id."
+    E107 = "VectorIndex.add: {rows} ids without vectors, and the index is not on a VectorStore to read them from."
+    E108 = (
+        "SieveSearcher.build: {found} vectors given for {expected} names: give one row per name of kb.names(), "
+        "in that order."
+    )
     # encoder runtime (issue 14, a lighter single machine)
     E130 = "Unknown encoder runtime {runtime!r}; choose 'torch' or 'onnx'."
     E131 = "The encoder's runtime 'onnx' needs the {module} package ({detail}): pip install 'spacy-conceptnorm[onnx]'."

@@ -338,6 +338,10 @@ class KnowledgeBase:
         name_id = self._keys.get(name)
         return name_id if name_id >= 0 and self._links.owner_bits[name_id] else -1
 
+    def key_id(self, name: str) -> int:
+        """The id of a normalized name, with or without concepts now, or -1 for one never added."""
+        return self._keys.get(name)
+
     def name_key(self, name_id: int) -> str:
         """The normalized name with this id."""
         return self._keys[name_id]

@@ -15,8 +15,7 @@ picks at random: first the concept whose canonical name is the matched name, the
 
 from __future__ import annotations
 
-import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,13 +23,14 @@ import numpy as np
 
 from .encoder import NameEncoder
 from .errors import ConceptNormError, Errors
-from .index import VectorIndex
+from .index import VectorIndex, VectorStore
 from .kb import DOMAIN, ONTOLOGY, KnowledgeBase
-from .util import atomic_open, read_msgpack, write_msgpack
+from .util import read_msgpack, write_msgpack
 
 TARGET_BITS = {"O": 1, "D": 2, "OD": 3}
 TARGET_SOURCES = {"O": (ONTOLOGY,), "D": (DOMAIN,), "OD": (ONTOLOGY, DOMAIN)}
-FORMAT_TAG, FORMAT_VERSION = "spacy_conceptnorm.searcher", 1
+FORMAT_TAG, FORMAT_VERSION = "spacy_conceptnorm.searcher", 2  # 2: rows as KB name ids, FAISS files (1 still read)
+ENCODE_CHUNK = 100_000  # names per encoder call when building: bounds the float32 vectors held at once
 ALL_STRATEGIES = [
     "O-T", "O-C", "D-T", "D-C", "OD-T", "OD-C",
     "D-T+O-T", "D-T+O-C", "D-C+O-T", "D-C+O-C", "D-T+OD-T", "D-T+OD-C", "D-C+OD-T", "D-C+OD-C",
@@ -79,14 +79,19 @@ class Match:
 
 
 class SieveSearcher:
-    """Name vectors, their FAISS indexes per source, and the sieve search over them.
+    """Name vectors, their indexes per source, and the sieve search over them.
+
+    The vectors are one `VectorStore` (float16 where that keeps cosines to float32 >= 0.999; memory-mapped when
+    loaded) shared by every index: an exact index keeps only which rows it holds. A row is found from a name
+    through the knowledge base's name ids (`rows`, `row_names` are views, not dicts of strings).
 
     kb (KnowledgeBase): The concepts and names searched.
     encoder (NameEncoder): Encodes names and queries.
     strategy (str): Stages joined by "+", e.g. "D-T+OD-T" (see `ALL_STRATEGIES`).
     threshold (float): A stage before the last answers only when its best cosine reaches this.
     top_k (int): Candidates returned per query.
-    index (dict): `VectorIndex` settings (`index_type`: flat, hnsw, ivf, and their parameters).
+    index (dict): `VectorIndex` settings (`index_type`: auto, exact, flat, hnsw, ivf, ivfpq, and their
+        parameters); `auto` (the default) picks a type per source from its number of names.
     """
 
     def __init__(
@@ -105,13 +110,13 @@ class SieveSearcher:
         self.threshold = threshold
         self.top_k = top_k
         self.index_config = dict(index or {})
-        self.rows: dict[str, int] = {}  # normalized name -> row of `vectors`
-        self.row_names: list[str | None] = []
+        self.vectors = VectorStore(0)  # its dimension is the encoder's, known once names are encoded
+        self._row_name = np.zeros(0, dtype=np.int64)  # row -> KB name id, -1 for a free row
+        self._name_row = np.zeros(0, dtype=np.int64)  # KB name id -> row, -1 for none
         self._freed: dict[str, int] = {}  # removed name -> its free row, whose vector is kept until taken
-        self.vectors = np.zeros((0, 0), dtype=np.float32)
         self.indexes: dict[str, VectorIndex] = {}
         self._concept_indexes: dict[str, tuple[list[str], VectorIndex, np.ndarray]] = {}
-        self._canonical: dict[str, str] | None = None
+        self._canonical: dict[str, str] = {}
         self.hidden: frozenset[str] = frozenset()  # concepts searched as if absent (NIL calibration's held-out)
 
     @staticmethod
@@ -129,24 +134,72 @@ class SieveSearcher:
     def strategy(self, value: str) -> None:
         self.stages = parse_strategy(value)
 
+    @property
+    def rows(self) -> Mapping[str, int]:
+        """Normalized name -> its row of `vectors` (a view)."""
+        return _Rows(self)
+
+    @property
+    def row_names(self) -> Sequence[str | None]:
+        """Row -> its normalized name, None for a free row (a view)."""
+        return _RowNames(self)
+
+    def _row_of(self, name: str) -> int:
+        name_id = self.kb.key_id(name)
+        return int(self._name_row[name_id]) if 0 <= name_id < len(self._name_row) else -1
+
     # --- building and changing ----------------------------------------------------------------------------------
-    def build(self, progress: bool = False) -> None:
-        """Encode every name of the knowledge base and index it under its sources."""
-        names = self.kb.names()
-        self.vectors = self.encoder.encode(names, progress=progress)
-        self.rows = {name: i for i, name in enumerate(names)}
-        self.row_names = list(names)
+    def build(self, progress: bool = False, vectors: VectorStore | np.ndarray | None = None) -> None:
+        """Encode every name of the knowledge base (`ENCODE_CHUNK` names at a time, into one store) and index it
+        under its sources.
+
+        vectors (VectorStore | np.ndarray): The names' vectors, one row per name of `kb.names()` in order, to use
+            instead of encoding them (vectors made elsewhere, e.g. on a GPU machine).
+        """
+        ids = self.kb.name_ids()
+        if vectors is None:
+            vectors = self._encoded(ids, progress)
+        elif not isinstance(vectors, VectorStore):
+            array = np.asarray(vectors, dtype=np.float32)
+            vectors = VectorStore(array.shape[1])
+            vectors.append(array)
+        if len(vectors) != len(ids):
+            raise ConceptNormError(Errors.E108.format(expected=len(ids), found=len(vectors)))
+        self.vectors = vectors
+        self._row_name = ids.copy()
+        self._name_row = np.full(self.kb.name_capacity, -1, dtype=np.int64)
+        self._name_row[ids] = np.arange(len(ids))
         self._freed = {}
         self.indexes = {}
         for source in (ONTOLOGY, DOMAIN):
-            rows = np.array([self.rows[n] for n in self.kb.names(source)], dtype=np.int64)
-            self._index(source).add(rows, self.vectors[rows])
+            self._index(source).add(self._name_row[self.kb.name_ids(source)])
         self._changed()
+
+    def _encoded(self, ids: np.ndarray, progress: bool) -> VectorStore:
+        store = None
+        for start in range(0, max(len(ids), 1), ENCODE_CHUNK):
+            names = [self.kb.name_key(i) for i in ids[start : start + ENCODE_CHUNK]]
+            encoded = np.asarray(self.encoder.encode(names, progress=progress), dtype=np.float32)
+            if store is None:
+                store = VectorStore(encoded.shape[1] if encoded.ndim == 2 else self.vectors.dim)
+                store.reserve(len(ids))
+            if len(names):
+                store.append(encoded)
+        return store
 
     def _index(self, source: str) -> VectorIndex:
         if source not in self.indexes:
-            self.indexes[source] = VectorIndex(self.vectors.shape[1], **self.index_config)
+            self.indexes[source] = VectorIndex.on_store(self.vectors, **{"index_type": "auto", **self.index_config})
         return self.indexes[source]
+
+    def _assign(self, row: int, name: str) -> None:
+        """Make `row` the row of `name` (a name of the KB)."""
+        name_id = self.kb.key_id(name)
+        if name_id >= len(self._name_row):
+            self._name_row = _grown(self._name_row, self.kb.name_capacity)
+        if row >= len(self._row_name):
+            self._row_name = _grown(self._row_name, len(self.vectors))
+        self._name_row[name_id], self._row_name[row] = row, name_id
 
     def add_names(self, names: Iterable[str], source: str) -> None:
         """Index normalized names (already linked in the KB) under `source`, encoding those not seen before. New
@@ -155,66 +208,71 @@ class SieveSearcher:
         if not names:
             return
         for name in names:  # removed earlier and its row still free: its vector is still there
-            row = self._freed.pop(name, None) if name not in self.rows else None
+            row = self._freed.pop(name, None) if self._row_of(name) < 0 else None
             if row is not None:
-                self.rows[name], self.row_names[row] = row, name
-        unseen = [n for n in names if n not in self.rows]
+                self._assign(row, name)
+        unseen = [n for n in names if self._row_of(n) < 0]
         if unseen:
-            new = self.encoder.encode(unseen)
+            new = np.asarray(self.encoder.encode(unseen), dtype=np.float32)
             free = self._free_rows()[: len(unseen)]
             taken = set(free)
             self._freed = {n: r for n, r in self._freed.items() if r not in taken}
-            start = len(self.row_names)
-            rows = free + list(range(start, start + len(unseen) - len(free)))
-            if len(rows) > len(free):
-                grown = np.zeros((rows[-1] + 1, new.shape[1]), dtype=np.float32)
-                if len(self.vectors):
-                    grown[: len(self.vectors)] = self.vectors
-                self.vectors = grown
-                self.row_names.extend([None] * (len(rows) - len(free)))
-            self.vectors[rows] = new
+            if len(self.vectors) == 0 and self.vectors.dim != new.shape[1]:
+                self.vectors = VectorStore(new.shape[1])
+                self.indexes = {}
+            if free:
+                self.vectors[free] = new[: len(free)]
+            rows = free + self.vectors.append(new[len(free) :]).tolist()
             for row, name in zip(rows, unseen):
-                self.rows[name] = row
-                self.row_names[row] = name
-        rows = np.array([self.rows[n] for n in names], dtype=np.int64)
-        self._index(source).add(rows, self.vectors[rows])
+                self._assign(row, name)
+        self._index(source).add(np.array([self._row_of(n) for n in names], dtype=np.int64))
         self._changed()
 
     def _free_rows(self) -> list[int]:
         """Rows of removed names that no index still holds (an HNSW index only hides removed rows)."""
-        hidden = set().union(*(set(index.removed) for index in self.indexes.values()))
-        return [i for i, name in enumerate(self.row_names) if name is None and i not in hidden]
+        free = np.flatnonzero(self._row_name < 0)
+        hidden = [index.removed for index in self.indexes.values() if index.removed]
+        if hidden:
+            free = np.setdiff1d(free, np.concatenate(hidden))
+        return free.tolist()
 
     def remove_names(self, names: Iterable[str], source: str) -> None:
         """Drop normalized names that no longer have any concept under `source` from that source's index."""
-        names = [n for n in names if n in self.rows]
-        if not names:
+        found = [(n, r) for n in names if (r := self._row_of(n)) >= 0]
+        if not found:
             return
-        self._index(source).remove(np.array([self.rows[n] for n in names], dtype=np.int64))
-        for name in names:
+        if source in self.indexes:
+            self.indexes[source].remove(np.array([r for _, r in found], dtype=np.int64))
+        for name, row in found:
             if not self.kb.concepts_for(name):  # gone from the KB entirely: free its row
-                self._freed[name] = self.rows.pop(name)
-                self.row_names[self._freed[name]] = None
+                self._name_row[self._row_name[row]] = -1
+                self._row_name[row] = -1
+                self._freed[name] = row
         self._changed()
 
     def _changed(self) -> None:
         self._concept_indexes.clear()
-        self._canonical = None
+        self._canonical = {}
 
     # --- searching ----------------------------------------------------------------------------------------------
     def query_vectors(self, keys: Sequence[str]) -> np.ndarray:
         """Vectors for normalized queries: a query equal to a known name reuses its vector (the same text gives
         the same vector), the others are encoded, each distinct text once."""
-        out = np.zeros((len(keys), self.vectors.shape[1]), dtype=np.float32)
+        out = np.zeros((len(keys), self.vectors.dim), dtype=np.float32)
+        known: dict[int, int] = {}
         todo: dict[str, list[int]] = {}
         for i, key in enumerate(keys):
-            row = self.rows.get(key)
-            if row is not None:
-                out[i] = self.vectors[row]
+            row = self._row_of(key)
+            if row >= 0:
+                known[i] = row
             else:
                 todo.setdefault(key, []).append(i)
+        if known:
+            out[list(known)] = self.vectors[np.array(list(known.values()), dtype=np.int64)]
         if todo:  # an encoder with `encode_queries` gives each text bits that do not depend on the batch
             encoded = getattr(self.encoder, "encode_queries", self.encoder.encode)(list(todo))
+            if len(self.vectors) == 0 and out.shape[1] != np.shape(encoded)[1]:
+                out = np.zeros((len(keys), np.shape(encoded)[1]), dtype=np.float32)
             for vec, positions in zip(encoded, todo.values()):
                 out[positions] = vec
         return out
@@ -273,14 +331,17 @@ class SieveSearcher:
             return self._search_concepts(stage, queries, top_k)
         mask = TARGET_BITS[stage.target]
         sources = [s for s in TARGET_SOURCES[stage.target] if s in self.indexes]
-        hits = [self._index(source).search(queries, _fetch(top_k))[1] for source in sources]
+        hits = [self.indexes[source].search(queries, _fetch(top_k))[1] for source in sources]
         matches = []
         for q in range(len(queries)):
             rows = np.array(list(dict.fromkeys(r for ids in hits for r in ids[q] if r >= 0)), dtype=np.int64)
             best: dict[str, tuple[float, str]] = {}
             for row, score in zip(rows, exact_scores(self.vectors, rows, queries[q])):
-                name = self.row_names[row]
-                for cid in self.kb.concepts_for(name, mask):
+                name_id = int(self._row_name[row])
+                if name_id < 0:
+                    continue
+                name = self.kb.name_key(name_id)
+                for cid in self.kb.concepts_of(name_id, mask):
                     if cid not in best or score > best[cid][0]:
                         best[cid] = (score, name)
             matches.append(self._rank(best, stage, top_k))
@@ -289,99 +350,165 @@ class SieveSearcher:
     def _search_concepts(self, stage: Stage, queries: np.ndarray, top_k: int) -> list[Match]:
         concept_ids, index, matrix = self._concept_index(stage.target)
         _, ids = index.search(queries, _fetch(top_k))
-        canonical = self._canonical_names()
         matches = []
         for q, found in enumerate(ids):
             found = found[found >= 0]
             scores = exact_scores(matrix, found, queries[q])
-            best = {concept_ids[j]: (score, canonical[concept_ids[j]]) for j, score in zip(found, scores)}
+            best = {concept_ids[j]: (score, self._canonical_key(concept_ids[j])) for j, score in zip(found, scores)}
             matches.append(self._rank(best, stage, top_k))
         return matches
 
     def _rank(self, best: dict[str, tuple[float, str]], stage: Stage, top_k: int) -> Match:
-        canonical = self._canonical_names()
-        order = sorted(best, key=lambda c: (-round(best[c][0], 5), canonical.get(c) != best[c][1], c))[:top_k]
+        key = self._canonical_key
+        order = sorted(best, key=lambda c: (-round(best[c][0], 5), key(c) != best[c][1], c))[:top_k]
         return Match([(c, best[c][0]) for c in order], [self.kb.surface(best[c][1]) for c in order], str(stage))
 
-    def _canonical_names(self) -> dict[str, str]:
-        if self._canonical is None:
-            norm = self.kb.normalizer
-            self._canonical = {cid: norm(c.canonical_name) for cid, c in self.kb.concepts.items()}
-        return self._canonical
+    def _canonical_key(self, concept_id: str) -> str:
+        """The normalized canonical name of a concept (cached for the concepts met)."""
+        found = self._canonical.get(concept_id)
+        if found is None:
+            found = self._canonical[concept_id] = self.kb.canonical_key(concept_id)
+        return found
 
     def _concept_index(self, target: str) -> tuple[list[str], VectorIndex, np.ndarray]:
-        """Concept vectors for a target: the mean of the vectors of each concept's names there, re-normalized."""
+        """Concept vectors for a target: the mean of the vectors of each concept's names there, re-normalized
+        (a float32 matrix of its own, one row per concept: for KBs of up to a few hundred thousand concepts)."""
         if target not in self._concept_indexes:
             mask = TARGET_BITS[target]
             slot: dict[str, int] = {}
             pairs = [
                 (slot.setdefault(cid, len(slot)), row)
-                for name, row in self.rows.items()
-                for cid in self.kb.concepts_for(name, mask)
+                for row, name_id in enumerate(self._row_name.tolist())
+                if name_id >= 0
+                for cid in self.kb.concepts_of(name_id, mask)
             ]
-            matrix = np.zeros((len(slot), self.vectors.shape[1]), dtype=np.float32)
+            matrix = np.zeros((len(slot), self.vectors.dim), dtype=np.float32)
             if pairs:
                 concept_idx, rows = map(np.array, zip(*pairs))
                 np.add.at(matrix, concept_idx, self.vectors[rows])
                 matrix /= np.linalg.norm(matrix, axis=1, keepdims=True).clip(min=1e-12)
-            index = VectorIndex(self.vectors.shape[1])
+            index = VectorIndex(self.vectors.dim)
             index.add(np.arange(len(slot), dtype=np.int64), matrix)
             self._concept_indexes[target] = (list(slot), index, matrix)
         return self._concept_indexes[target]
 
     # --- serialization ------------------------------------------------------------------------------------------
     def to_disk(self, path: str | Path) -> None:
-        """Write vectors and indexes: `vectors.npy` and `searcher.msgpack` (names, index data, a checksum)."""
+        """Write `vectors.npy` (the store, a block at a time), a FAISS file per approximate index, and
+        `searcher.msgpack` (each row's KB name id, a checksum of the KB's names, the files' crc32)."""
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
-        with atomic_open(path / "vectors.npy") as f:
-            np.save(f, self.vectors)
+        crc = self.vectors.save(path / "vectors.npy")
+        indexes = {}
+        for source, index in self.indexes.items():
+            saved = {"index_type": index.index_type, "removed": index.removed}
+            if index.saves_data:
+                saved["file"] = f"{source}.faiss"
+                saved["crc32"] = index.write(path / saved["file"])
+            indexes[source] = saved
         write_msgpack(
             path / "searcher.msgpack",
             {
                 "format": FORMAT_TAG,
                 "version": FORMAT_VERSION,
-                "row_names": self.row_names,
                 "vectors_shape": list(self.vectors.shape),
-                "vectors_crc32": zlib.crc32(self.vectors.tobytes()),
+                "vectors_crc32": crc,
+                "row_name_ids": self._row_name.astype("<i8").tobytes(),
+                "kb_names_crc32": self.kb.names_digest(),
                 "index_config": self.index_config,
-                "indexes": {
-                    source: {"data": index.to_bytes(), "removed": index.removed, "rows": _index_rows(self, source)}
-                    for source, index in self.indexes.items()
-                },
+                "indexes": indexes,
             },
         )
 
     def from_disk(self, path: str | Path) -> SieveSearcher:
-        """Load what `to_disk` wrote; the vectors must match their checksum and the KB's names."""
+        """Load what `to_disk` wrote (or format 1: float32 vectors, names as strings); the vectors are
+        memory-mapped and must match their checksum (read once, a block at a time), and the rows the KB's names."""
         path = Path(path)
-        data = read_msgpack(path / "searcher.msgpack", "searcher", FORMAT_TAG, FORMAT_VERSION)
-        try:
-            vectors = np.load(path / "vectors.npy", allow_pickle=False)
-        except (OSError, ValueError, EOFError) as e:
-            raise ConceptNormError(Errors.E004.format(path=path / "vectors.npy", detail=e)) from None
-        if list(vectors.shape) != data["vectors_shape"] or zlib.crc32(vectors.tobytes()) != data["vectors_crc32"]:
-            raise ConceptNormError(Errors.E302.format(path=path, detail="vectors.npy does not match its checksum"))
+        data = read_msgpack(path / "searcher.msgpack", "searcher", FORMAT_TAG, (FORMAT_VERSION, 1))
+        vectors = VectorStore.load(path / "vectors.npy", tuple(data["vectors_shape"]), data["vectors_crc32"])
+        if data["version"] == 1:  # float32 vectors: kept as float16 from now on (saved so when saved again)
+            vectors = vectors.as_float16()
+            row_name = np.array([self.kb.key_id(n) if n is not None else -1 for n in data["row_names"]], np.int64)
+        elif data["kb_names_crc32"] != self.kb.names_digest():
+            detail = "the KB and the vectors differ (the KB's names are not those they were saved with)"
+            raise ConceptNormError(Errors.E302.format(path=path, detail=detail))
+        else:
+            row_name = np.frombuffer(data["row_name_ids"], dtype="<i8").astype(np.int64)
+        if len(row_name) != len(vectors) or (len(row_name) and row_name.max() >= self.kb.name_capacity):
+            raise ConceptNormError(Errors.E302.format(path=path, detail="the rows do not fit the vectors and the KB"))
         self.vectors = vectors
-        self.row_names = data["row_names"]
-        self.rows = {name: i for i, name in enumerate(self.row_names) if name is not None}
+        self._row_name = row_name
+        self._name_row = np.full(self.kb.name_capacity, -1, dtype=np.int64)
+        self._name_row[row_name[row_name >= 0]] = np.flatnonzero(row_name >= 0)
         self._freed = {}
-        missing = [n for n in self.kb.names() if n not in self.rows]
-        if missing or len(self.rows) != len(self.kb.names()):
+        alive = self.kb.name_ids()
+        unmatched = alive[self._name_row[alive] < 0]
+        if len(unmatched) or (row_name >= 0).sum() != len(alive):
+            missing = [self.kb.name_key(i) for i in unmatched[:3]]
             raise ConceptNormError(
-                Errors.E302.format(path=path, detail=f"the KB and the vectors differ (e.g. {missing[:3]})")
+                Errors.E302.format(path=path, detail=f"the KB and the vectors differ (e.g. {missing})")
             )
         self.index_config = data["index_config"]
         self.indexes = {}
         for source, saved in data["indexes"].items():
-            index = self._index(source)
-            if saved["data"]:
+            config = {**self.index_config, "index_type": saved.get("index_type", self.index_config.get("index_type"))}
+            index = self.indexes[source] = VectorIndex.on_store(self.vectors, **config)
+            if saved.get("file"):
+                index.read(path / saved["file"], saved["removed"], saved["crc32"])
+            elif saved.get("data"):  # format 1 kept approximate indexes inside the msgpack
                 index.load_bytes(saved["data"], saved["removed"])
-            else:  # flat: rebuild from the vectors
-                rows = np.array(saved["rows"], dtype=np.int64)
-                index.add(rows, self.vectors[rows])
+            else:  # exact or flat: the rows of the KB's names under this source
+                index.add(self._name_row[self.kb.name_ids(source)])
         self._changed()
         return self
+
+
+class _Rows(Mapping):
+    """A searcher's normalized name -> row, read through the KB's name ids."""
+
+    def __init__(self, searcher: SieveSearcher) -> None:
+        self.searcher = searcher
+
+    def __getitem__(self, name: str) -> int:
+        row = self.searcher._row_of(name) if isinstance(name, str) else -1
+        if row < 0:
+            raise KeyError(name)
+        return row
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and self.searcher._row_of(name) >= 0
+
+    def __iter__(self) -> Iterator[str]:
+        searcher = self.searcher
+        return (searcher.kb.name_key(i) for i in searcher._row_name.tolist() if i >= 0)
+
+    def __len__(self) -> int:
+        return int((self.searcher._row_name >= 0).sum())
+
+
+class _RowNames(Sequence):
+    """A searcher's row -> normalized name (None for a free row)."""
+
+    def __init__(self, searcher: SieveSearcher) -> None:
+        self.searcher = searcher
+
+    def __len__(self) -> int:
+        return len(self.searcher._row_name)
+
+    def __getitem__(self, row):
+        if isinstance(row, slice):
+            return [self[i] for i in range(*row.indices(len(self)))]
+        name_id = int(self.searcher._row_name[row])
+        return self.searcher.kb.name_key(name_id) if name_id >= 0 else None
+
+    def __iter__(self) -> Iterator[str | None]:
+        key = self.searcher.kb.name_key
+        return (key(i) if i >= 0 else None for i in self.searcher._row_name.tolist())
+
+
+def _grown(values: np.ndarray, size: int) -> np.ndarray:
+    """`values` extended with -1 to at least `size` entries."""
+    return np.concatenate([values, np.full(max(size - len(values), 0), -1, dtype=values.dtype)])
 
 
 def _fetch(top_k: int) -> int:
@@ -390,20 +517,19 @@ def _fetch(top_k: int) -> int:
     return max(4 * top_k, 16)
 
 
-def exact_scores(matrix: np.ndarray, rows: np.ndarray, query: np.ndarray) -> list[float]:
+def exact_scores(matrix: np.ndarray | VectorStore, rows: np.ndarray, query: np.ndarray) -> list[float]:
     """Cosines of one query with some rows, each computed the same way whatever the other rows and queries: float64
-    products of the float32 values (exact) summed pairwise along the row. The scores a batched matrix product gives
-    differ in the last bits with the batch's shape."""
+    products of the float32 values (exact) summed pairwise along the row, divided by both norms (so a float16 row
+    scores exactly 1 against itself). The scores a batched matrix product gives differ in the last bits with the
+    batch's shape."""
     if not len(rows):
         return []
-    return (matrix[rows].astype(np.float64) * query.astype(np.float64)).sum(axis=1).tolist()
+    vectors = matrix[rows].astype(np.float64)
+    query = query.astype(np.float64)
+    norms = np.sqrt((vectors * vectors).sum(axis=1)) * np.sqrt((query * query).sum())
+    return ((vectors * query).sum(axis=1) / np.where(norms > 0, norms, 1.0)).tolist()
 
 
 def _without(match: Match, concepts: frozenset[str], top_k: int) -> Match:
     kept = [(c, n) for c, n in zip(match.candidates, match.names) if c[0] not in concepts][:top_k]
     return Match([c for c, _ in kept], [n for _, n in kept], match.stage)
-
-
-def _index_rows(searcher: SieveSearcher, source: str) -> list[int]:
-    """Rows indexed under a source (saved so flat indexes can be rebuilt exactly)."""
-    return [searcher.rows[n] for n in searcher.kb.names(source) if n in searcher.rows]

@@ -62,7 +62,7 @@ def test_concept_representation_is_the_mean_of_name_vectors(searcher):
     vectors = searcher.encoder.encode(["breast neoplasms", "breast cancer", "mammary cancer"])
     mean = vectors.mean(0) / np.linalg.norm(vectors.mean(0))
     query = searcher.encoder.encode(["mammary cancer"])[0]
-    assert match.score == pytest.approx(float(mean @ query), abs=1e-5)
+    assert match.score == pytest.approx(float(mean @ query), abs=1e-3)  # the names' vectors are kept as float16
     assert match.names[0] == "Breast Neoplasms"  # -C stages report the canonical name
 
 

@@ -108,10 +108,7 @@ class CandidateGenerator:
             by_concept: dict[str, list[tuple[int, int]]] = {}
             row_concepts: list[list[str]] = [[] for _ in self.searcher.row_names]
             for name, row in rows.items():
-                entry = kb._names.get(name)
-                if entry is None:
-                    continue
-                for cid, bits in entry.concepts.items():
+                for cid, bits in kb.name_links(name).items():
                     by_concept.setdefault(cid, []).append((row, bits))
                     row_concepts[row].append(cid)
             self._concept_rows = {
