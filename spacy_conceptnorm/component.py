@@ -69,7 +69,7 @@ DEFAULT_CONFIG = {
     "nil_threshold": 0.0,
     "labels": [],
     "batch_size": 128,
-    "index": {"index_type": "exact"},
+    "index": {"index_type": "auto"},
     "long_form": "best",
     "split_composites": True,
     "ranker": {"@misc": "spacy_conceptnorm.ranker.v1"},
@@ -137,7 +137,8 @@ class ConceptNormalizer(Pipe):
     nil_threshold (float): Links whose confidence is under this give `kb_id_` "NIL".
     labels (List[str]): Entity labels to link; empty links all.
     batch_size (int): Docs gathered per search in `pipe`.
-    index (dict): Vector index settings: `index_type` ("exact", "flat", "hnsw", "ivf") and its parameters.
+    index (dict): Vector index settings: `index_type` ("auto": chosen from the number of names, see
+        `index.choose_index_type`; "exact", "flat", "hnsw", "ivf", "ivfpq") and its parameters.
     long_form (str): With `abbreviation_resolver` (or scispacy's `AbbreviationDetector`, whose `span._.long_form`
         is a Span) before it: "best" searches the mention and its long form and keeps the better score, "long"
         the long form only, "mention" ignores long forms.
@@ -664,7 +665,7 @@ def _check_index(index: Any) -> None:
     unknown = sorted(set(index) - set(INDEX_SETTINGS))
     if unknown:
         raise ConceptNormError(Errors.E305.format(keys=unknown, choices=INDEX_SETTINGS))
-    if index.get("index_type", "exact") not in INDEX_TYPES:
+    if index.get("index_type", "auto") not in INDEX_TYPES:
         raise ConceptNormError(Errors.E103.format(index_type=index["index_type"], choices=INDEX_TYPES))
     for key in set(index) - {"index_type"}:
         low = 0 if key == "ivf_nlist" else 1  # 0 lists: chosen from the number of names

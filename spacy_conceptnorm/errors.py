@@ -188,6 +188,11 @@ class Errors(metaclass=ErrorsWithCodes):
 class Warnings(metaclass=ErrorsWithCodes):
     W001 = "{count} gold concept ids were not found in the knowledge base and were skipped (e.g. {examples})."
     W002 = "{count} entities longer than {max_chars} characters were truncated before encoding."
+    # knowledge bases of millions of names (issue 14, part 2)
+    W106 = (
+        "The lexical index is off for {names:,} names (more than {limit:,}): its TF-IDF matrices would take "
+        "gigabytes. Candidates come from the dense sieve alone; the lexical features are 0."
+    )
     # reliability (issue 15)
     W980 = "composite_splitter: the entity {text!r} could not be split ({error}); it is linked whole."
     # annotate --engine ray (issue 14)

@@ -138,16 +138,9 @@ class VectorStore:
 
     def _fitted(self, values: np.ndarray) -> np.ndarray:
         """`values` (float32) as stored; switches the store to float32 when float16 would bend a row too much."""
-        if self.dtype == np.float16 and len(values):
-            stored = values.astype(np.float16).astype(np.float32)
-            norms = np.linalg.norm(values, axis=1) * np.linalg.norm(stored, axis=1)
-            dots = (values.astype(np.float64) * stored).sum(axis=1)
-            nonzero = norms > 0
-            exact_zero = ~nonzero & ~np.any(values, axis=1)  # a zero row stays zero in float16
-            cosines = np.where(nonzero, dots / np.where(nonzero, norms, 1.0), np.where(exact_zero, 1.0, 0.0))
-            if not np.all(cosines >= FP16_MIN_COSINE):  # NaN (overflow) fails too
-                self._base = self._base.astype(np.float32)
-                self._tail = self._tail.astype(np.float32)
+        if self.dtype == np.float16 and len(values) and not np.all(float16_cosines(values) >= FP16_MIN_COSINE):
+            self._base = self._base.astype(np.float32)
+            self._tail = self._tail.astype(np.float32)
         return values
 
     def as_float16(self) -> VectorStore:
@@ -230,6 +223,16 @@ class VectorStore:
         store = cls(vectors.shape[1], vectors.dtype)
         store._base = vectors
         return store
+
+
+def float16_cosines(values: np.ndarray) -> np.ndarray:
+    """Each row's cosine to its float16 rounding (1 for a zero row, NaN for one beyond float16's range)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        stored = values.astype(np.float16).astype(np.float64)
+        norms = np.linalg.norm(values, axis=1) * np.linalg.norm(stored, axis=1)
+        dots = (values.astype(np.float64) * stored).sum(axis=1)
+        zero = ~np.any(values, axis=1)
+        return np.where(zero, 1.0, dots / np.where(norms > 0, norms, np.nan))
 
 
 def _checksum_error(path: Path) -> ConceptNormError:

@@ -27,7 +27,7 @@ from spacy.util import registry
 from .compact import LinkLists, StringTable, array_bytes, array_from, as_numpy
 from .errors import ConceptNormError, Errors
 from .text.normalize import TextNormalizer
-from .util import read_lines, read_msgpack, write_msgpack
+from .util import atomic_open, check_format, read_lines
 
 ONTOLOGY = "ontology"
 DOMAIN = "domain"
@@ -414,13 +414,13 @@ class KnowledgeBase:
         """Write the knowledge base to one msgpack file (its tables as raw arrays, with their crc32), atomically."""
         data = self.to_dict()
         data["crc32"] = _crc32(data)
-        write_msgpack(path, data)
+        _write_entries(path, data)
 
     @classmethod
     def from_disk(cls, path: str | Path) -> KnowledgeBase:
         """Read a knowledge base written by `to_disk` (this format, or version 1: Python lists); a truncated or
         foreign file raises ConceptNormError."""
-        data = read_msgpack(path, "knowledge base", FORMAT_TAG, (FORMAT_VERSION, 1))
+        data = _read_entries(path)
         kb = cls(TextNormalizer(**data["normalizer"]))
         try:
             if data["version"] == 1:
@@ -484,6 +484,37 @@ class KnowledgeBase:
         for concept, synonyms in records:
             kb.add_concept(concept, synonyms)
         return kb
+
+
+def _write_entries(path: str | Path, data: dict) -> None:
+    """A dict as one msgpack map, written an entry at a time, atomically (memory: the largest entry, not the file)."""
+    packer = srsly.msgpack.Packer(use_bin_type=True)
+    with atomic_open(path) as f:
+        f.write(packer.pack_map_header(len(data)))
+        for key, value in data.items():
+            f.write(packer.pack(key))
+            f.write(packer.pack(value))
+
+
+def _read_entries(path: str | Path) -> dict:
+    """A saved knowledge base's map, read from the file an entry at a time; its format and version checked."""
+    path = Path(path)
+    if not path.exists():
+        raise ConceptNormError(Errors.E002.format(path=path))
+    data: dict = {}
+    try:
+        with open(path, "rb") as f:
+            unpacker = srsly.msgpack.Unpacker(f, raw=False, max_buffer_size=2**31 - 1)
+            for _ in range(unpacker.read_map_header()):
+                key = unpacker.unpack()
+                data[key] = unpacker.unpack()
+                if key == "version":  # written after "format": a foreign file is refused before it is read whole
+                    check_format(path, data, "knowledge base", FORMAT_TAG, (FORMAT_VERSION, 1))
+    except ConceptNormError:
+        raise
+    except Exception as e:  # msgpack raises several unrelated types on truncation
+        raise ConceptNormError(Errors.E004.format(path=path, detail=f"{type(e).__name__}: {e}")) from None
+    return check_format(path, data, "knowledge base", FORMAT_TAG, (FORMAT_VERSION, 1))
 
 
 def _crc32(value: object, crc: int = 0) -> int:

@@ -451,7 +451,8 @@ class SieveSearcher:
         self.index_config = data["index_config"]
         self.indexes = {}
         for source, saved in data["indexes"].items():
-            config = {**self.index_config, "index_type": saved.get("index_type", self.index_config.get("index_type"))}
+            chosen = saved.get("index_type", self.index_config.get("index_type", "exact"))  # format 1: as configured
+            config = {**self.index_config, "index_type": chosen}
             index = self.indexes[source] = VectorIndex.on_store(self.vectors, **config)
             if saved.get("file"):
                 index.read(path / saved["file"], saved["removed"], saved["crc32"])

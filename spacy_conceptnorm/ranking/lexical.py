@@ -7,6 +7,8 @@ Two scores between a mention and every name, both as sparse matrix products (sci
   the name's tokens and of the mention's. The token vocabulary grows with added names (`add`); the n-gram
   vocabulary and IDF weights stay as fitted.
 Rows follow the searcher's name rows, so a row id means the same name in the dense and the lexical index.
+Over more than `MAX_NAMES` names the index is off (W106): its TF-IDF matrices and a query batch's dense TF-IDF
+scores (batch x names) would take gigabytes, so every lexical score is 0 and the candidates are the sieve's alone.
 scikit-learn is imported when the TF-IDF vectorizer is first needed (fitting, or scoring a query), not when a
 saved index is loaded: it costs seconds and ~150 MB, and a pipeline whose mentions are known names never needs it.
 """
@@ -14,23 +16,31 @@ saved index is loaded: it costs seconds and ~150 MB, and a pipeline whose mentio
 from __future__ import annotations
 
 import re
+import warnings
 from collections.abc import Sequence
 
 import numpy as np
 import srsly
 from scipy import sparse
 
+from ..errors import Warnings
+
 TOKEN = re.compile(r"\w+")
+MAX_NAMES = 1_000_000  # lexical scores over at most this many names (see the module docstring)
+SCORES = ("tfidf", "jaccard", "name_coverage", "mention_coverage")
 
 
 class LexicalIndex:
     """TF-IDF and Jaccard scores of queries against a fixed list of names.
 
     ngram_range (Tuple[int, int]): Character n-gram sizes of the TF-IDF vectors.
+    max_names (int): Fitted on more names than this, the index is off: every score is 0.
     """
 
-    def __init__(self, ngram_range: tuple[int, int] = (2, 3)) -> None:
+    def __init__(self, ngram_range: tuple[int, int] = (2, 3), max_names: int = MAX_NAMES) -> None:
         self.ngram_range = tuple(ngram_range)
+        self.max_names = max_names
+        self.off_rows: int | None = None  # the rows of an index that is off (too many names), else None
         self._tfidf = None  # the TF-IDF vectorizer, made on first use
         self._fitted: tuple[dict[str, int], np.ndarray] | None = None  # its vocabulary and IDF, read by from_bytes
         self.vocabulary: dict[str, int] = {}  # token -> column; grows as names are added
@@ -53,10 +63,17 @@ class LexicalIndex:
         return self._tfidf
 
     def __len__(self) -> int:
+        if self.off_rows is not None:
+            return self.off_rows
         return 0 if self._tfidf_t is None else self._tfidf_t.shape[1]
 
     def fit(self, names: Sequence[str | None]) -> LexicalIndex:
-        """Fit the vocabularies on the names and index them; None (a freed row) indexes as an empty name."""
+        """Fit the vocabularies on the names and index them; None (a freed row) indexes as an empty name. Over
+        `max_names` names, only count them: the index is off."""
+        if len(names) > self.max_names:
+            warnings.warn(Warnings.W106.format(names=len(names), limit=self.max_names), stacklevel=2)
+            self.off_rows = len(names)
+            return self
         texts = [n or "" for n in names]
         self._tfidf_t = self.tfidf.fit_transform(texts).T.tocsr()
         self.vocabulary = {}
@@ -81,6 +98,9 @@ class LexicalIndex:
 
     def add(self, names: Sequence[str | None]) -> None:
         """Append rows for new names (vocabularies stay as fitted: unseen n-grams and tokens are ignored)."""
+        if self.off_rows is not None:
+            self.off_rows += len(names)
+            return
         texts = [n or "" for n in names]
         self._tfidf_t = sparse.hstack([self._tfidf_t, self.tfidf.transform(texts).T]).tocsr()
         tokens = self._token_matrix(texts, grow=True)
@@ -92,7 +112,7 @@ class LexicalIndex:
     def replace(self, rows: Sequence[int], names: Sequence[str | None]) -> None:
         """Index other names in existing rows (rows of removed names taken by new ones; None empties a row)."""
         rows = np.asarray(rows, dtype=np.int64)
-        if not len(rows):
+        if not len(rows) or self.off_rows is not None:
             return
         n = len(self)
         keep = np.ones(n, dtype=np.float32)
@@ -113,7 +133,10 @@ class LexicalIndex:
         """(len(queries) x len(self)) matrices against every name: "tfidf" (cosine; dense, since character
         n-grams touch most names), and, sparse since they are zero wherever no token is shared, "jaccard" and the
         token overlap's share of the name's tokens ("name_coverage") and of the query's ("mention_coverage").
-        Sparse token scores measured 1.3x faster candidate generation than dense ones (test gold mentions)."""
+        Sparse token scores measured 1.3x faster candidate generation than dense ones (test gold mentions). An
+        index that is off gives empty sparse matrices."""
+        if self.off_rows is not None:
+            return {name: sparse.csr_matrix((len(queries), self.off_rows), dtype=np.float32) for name in SCORES}
         tfidf = (self.tfidf.transform(queries) @ self._tfidf_t).toarray()
         inter = (self._token_matrix(queries, grow=False) @ self._tokens_t).tocsr()
         inter.eliminate_zeros()
@@ -136,6 +159,8 @@ class LexicalIndex:
 
     def to_bytes(self) -> bytes:
         """Vocabularies, IDF weights and matrices as plain arrays (msgpack; nothing is unpickled on load)."""
+        if self.off_rows is not None:
+            return srsly.msgpack_dumps({"ngram_range": list(self.ngram_range), "off_rows": self.off_rows})
         vocabulary, idf = (self._tfidf.vocabulary_, self._tfidf.idf_) if self._tfidf is not None else self._fitted
         return srsly.msgpack_dumps(
             {
@@ -151,7 +176,10 @@ class LexicalIndex:
 
     def from_bytes(self, data: bytes) -> LexicalIndex:
         msg = srsly.msgpack_loads(data)
-        self.__init__(tuple(msg["ngram_range"]))
+        self.__init__(tuple(msg["ngram_range"]), self.max_names)
+        if "off_rows" in msg:
+            self.off_rows = int(msg["off_rows"])
+            return self
         self._fitted = (msg["tfidf_vocabulary"], np.asarray(msg["idf"], dtype=np.float64))
         self.vocabulary = {str(k): int(v) for k, v in msg["token_vocabulary"].items()}
         self._tfidf_t = _csr(msg["tfidf_t"])
