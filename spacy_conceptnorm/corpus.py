@@ -193,6 +193,12 @@ def read_domain_synonyms(path: str | Path | None, nlp_lang: str = "en") -> list[
     return pairs
 
 
+def recognizers(nlp: Language) -> list[str]:
+    """The components that set or change `doc.ents` (their factory assigns it): `ner`, `dictionary_matcher`,
+    `link_filter`, an `entity_ruler`... Linking gold mentions turns them off, so the gold entities stay as given."""
+    return [name for name in nlp.pipe_names if "doc.ents" in nlp.get_pipe_meta(name).assigns]
+
+
 def strip_links(docs: list[Doc]) -> list[Doc]:
     """Copies of the docs whose entities keep their offsets and labels but lose their gold ids."""
     out = []

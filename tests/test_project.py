@@ -27,9 +27,14 @@ from spacy_conceptnorm.encoder import packaged_model_path
 ROOT = Path(__file__).parent.parent
 CONFIGS = ROOT / "configs"
 FIXTURES = Path(__file__).parent / "fixtures"
-ALL = ["preprocess", "kb", "train", "train-ner", "assemble", "train-ranker", "calibrate", "evaluate", "package"]
+ALL = [
+    "preprocess", "kb", "train", "train-ner", "assemble", "train-ranker", "calibrate", "evaluate",
+    "package",
+]  # fmt: skip
 # our CLI commands whose options are checked against the script lines
-CHECKED = {"preprocess", "build-kb", "train", "train-bne", "assemble", "train-ranker", "calibrate", "evaluate"}
+CHECKED = {
+    "preprocess", "build-kb", "ner-vectors", "train", "train-bne", "assemble", "train-ranker", "calibrate", "evaluate",
+}  # fmt: skip
 runner = CliRunner()
 
 
@@ -117,8 +122,12 @@ def test_every_command_line_runs_an_existing_command_with_known_options(project)
             assert name in cli, f"{line}: no command {name!r}"
             if argv[2] == "spacy_conceptnorm" and name not in CHECKED:
                 continue
-            options = {opt for p in cli[name].params for opt in p.opts if opt.startswith("-")}
-            for arg in argv[4:]:
+            command, rest = cli[name], argv[4:]
+            if hasattr(command, "commands"):  # a group: spacy init vectors ...
+                assert rest[0] in command.commands, f"{line}: no command {name} {rest[0]!r}"
+                command, rest = command.commands[rest[0]], rest[1:]
+            options = {opt for p in command.params for opt in p.opts if opt.startswith("-")}
+            for arg in rest:
                 if arg.startswith("--") and "." not in arg:
                     assert arg in options, f"{line}: {name} has no option {arg}"
             if _overrides(argv):  # the config named on the line must have every overridden key
@@ -178,7 +187,7 @@ def test_config_functions_have_entry_points():
         assert registry.misc.get(name) is getattr(importlib.import_module(module), attr)
     # `spacy train` / `spacy assemble` resolve these before any component of ours is created
     used = set()
-    for cfg in ("ner.cfg", "ner_trf.cfg", "pipeline.cfg", "linker.cfg"):
+    for cfg in ("ner_fast.cfg", "ner_vectors.cfg", "ner_trf.cfg", "pipeline.cfg", "linker.cfg"):
         config = load_config(CONFIGS / cfg, interpolate=False)
         used |= {v for path, v in _walk(config) if path.endswith("@misc") and v.startswith("spacy_conceptnorm.")}
     assert used and used <= set(entries)
@@ -242,8 +251,8 @@ def _ner_overrides(corpus: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def ner_dir(corpus, tmp_path_factory) -> Path:
-    """A pipeline from configs/ner.cfg, updated once on the fixture corpus (enough to source it)."""
-    config = load_config(CONFIGS / "ner.cfg", overrides=_ner_overrides(corpus), interpolate=False)
+    """A pipeline from configs/ner_fast.cfg, updated once on the fixture corpus (enough to source it)."""
+    config = load_config(CONFIGS / "ner_fast.cfg", overrides=_ner_overrides(corpus), interpolate=False)
     nlp = load_model_from_config(config, auto_fill=True)
     docs = list(DocBin().from_disk(corpus / "train.spacy").get_docs(nlp.vocab))
     examples = [Example(nlp.make_doc(d.text), d) for d in docs]
@@ -260,7 +269,7 @@ def test_ner_config_resolves_and_trains(corpus, ner_dir):
     from spacy.schemas import ConfigSchemaTraining
     from spacy.util import resolve_dot_names
 
-    config = load_config(CONFIGS / "ner.cfg", overrides=_ner_overrides(corpus))
+    config = load_config(CONFIGS / "ner_fast.cfg", overrides=_ner_overrides(corpus))
     nlp = load_model_from_config(config, auto_fill=True)
     assert nlp.pipe_names == ["tok2vec", "ner"]
     training = registry.resolve(nlp.config.interpolate()["training"], schema=ConfigSchemaTraining)
@@ -268,6 +277,51 @@ def test_ner_config_resolves_and_trains(corpus, ner_dir):
     train_corpus, _ = resolve_dot_names(nlp.config.interpolate(), [training["train_corpus"], training["dev_corpus"]])
     assert sum(1 for _ in train_corpus(nlp)) == len(DocBin().from_disk(corpus / "train.spacy"))
     assert (ner_dir / "ner" / "model").is_file()
+
+
+@pytest.fixture(scope="module")
+def ner_vectors_dir(corpus, tmp_path_factory) -> Path:
+    """A pipeline from configs/ner_vectors.cfg with a tiny static-vector table (lowercase keys), updated once."""
+    from spacy.training.initialize import convert_vectors
+
+    tmp = tmp_path_factory.mktemp("ner_vectors")
+    words = ["breast", "cancer", "ovarian", "mutations", "the"]
+    rows = "".join(f"{w} 0.{i} 0.5 -0.{i} 1\n" for i, w in enumerate(words))
+    (tmp / "vectors.txt").write_text(f"{len(words)} 4\n{rows}")
+    vectors_nlp = spacy.blank("en")  # what `spacy init vectors en vectors.txt DIR` writes
+    convert_vectors(vectors_nlp, tmp / "vectors.txt", truncate=0, prune=-1)
+    vectors_nlp.to_disk(tmp / "vectors")
+    overrides = {**_ner_overrides(corpus), "paths.vectors": str(tmp / "vectors")}
+    config = load_config(CONFIGS / "ner_vectors.cfg", overrides=overrides, interpolate=False)
+    nlp = load_model_from_config(config, auto_fill=True)
+    docs = list(DocBin().from_disk(corpus / "train.spacy").get_docs(nlp.vocab))
+    examples = [Example(nlp.make_doc(d.text), d) for d in docs]
+    optimizer = nlp.initialize(lambda: examples)
+    assert nlp.vocab.vectors.shape == (len(words), 4)
+    nlp.update(examples[:4], sgd=optimizer)
+    nlp.to_disk(tmp / "model-best")
+    return tmp / "model-best"
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:.*gold concept ids were not found")
+def test_assemble_loads_the_recognizers_vectors(corpus, ner_vectors_dir, small_kb, tmp_path):
+    output = tmp_path / "pipeline"
+    args = ["assemble", str(CONFIGS / "pipeline.cfg"), str(output), "--paths.ner", str(ner_vectors_dir)]
+    args += ["--paths.kb", str(small_kb)]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    nlp = spacy.load(output)
+    assert nlp.vocab.vectors.shape == (5, 4)  # sourcing the ner alone would leave them behind
+    assert nlp.vocab.vectors.find(key=nlp.vocab.strings["breast"]) >= 0
+    nlp("BREAST cancer runs in families.")
+
+
+def test_ner_vectors_config_keeps_the_vectors(ner_vectors_dir):
+    nlp = spacy.load(ner_vectors_dir)
+    assert nlp.vocab.vectors.shape == (5, 4)
+    assert nlp.vocab["breast"].has_vector and not nlp.vocab["Breast"].has_vector  # lowercase keys, ORTH lookup
+    assert nlp("Germline mutations cause breast cancer.").text  # the ner runs with its vectors
 
 
 def test_ner_trf_config_uses_the_packaged_minilm(corpus):
@@ -303,12 +357,15 @@ def test_assemble_sources_the_ner_and_packages_with_our_requirement(corpus, ner_
     output = tmp_path / "training" / "pipeline"
     args = ["assemble", str(CONFIGS / "pipeline.cfg"), str(output), "--paths.ner", str(ner_dir)]
     args += ["--paths.kb", str(small_kb), "--paths.synonyms", str(corpus / "train.spacy")]
+    args += ["--paths.train", str(corpus / "train.spacy")]
     result = runner.invoke(app, args)  # --paths.encoder unset: the packaged, untrained encoder
     assert result.exit_code == 0, result.output
     assert [p.name for p in output.parent.iterdir()] == ["pipeline"]  # swapped in, nothing left beside it
 
     nlp = spacy.load(output)
-    assert nlp.pipe_names == ["ner", "abbreviation_resolver", "composite_splitter", "concept_normalizer"]
+    assert nlp.pipe_names == [
+        "ner", "dictionary_matcher", "abbreviation_resolver", "composite_splitter", "concept_normalizer", "link_filter",
+    ]  # fmt: skip
     # the ner owns a copy of its tok2vec (sourced with replace_listeners): it runs with no tok2vec component
     assert not any(isinstance(layer, Tok2VecListener) for layer in nlp.get_pipe("ner").model.walk())
     nlp("Germline mutations in BRCA1 cause hereditary breast cancer.")
@@ -316,8 +373,11 @@ def test_assemble_sources_the_ner_and_packages_with_our_requirement(corpus, ner_
     assert normalizer.kb.names("domain")  # the training mentions became domain synonyms
     doc = nlp.make_doc("Familial breast cancer.")
     doc.ents = [doc.char_span(9, 22, label="Disease")]
-    for _, component in nlp.pipeline[1:]:
+    for _, component in nlp.pipeline[1:-1]:  # not the link_filter: the untrained encoder is not confident
         doc = component(doc)
     assert doc.ents[0].kb_id_ == "D001943"
+    # the dictionary_matcher knows the KB's names and the train mentions; a recognizer without vectors adds none
+    assert "breast cancer" in {n.lower() for n in nlp.get_pipe("dictionary_matcher").names}
+    assert nlp.vocab.vectors.shape[0] == 0
     # `spacy package` puts our package in the wheel's requirements: the components' factories live there
     assert any(r.startswith("spacy-conceptnorm") for r in get_third_party_dependencies(nlp.config))

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import typer
 
-from ..corpus import mention_spans, strip_links
+from ..corpus import mention_spans, recognizers, strip_links
 from ..evaluation.calibrate import dev_mentions_hidden, load_pipeline
 from ..evaluation.gold import get_normalizer, link_gold_mentions, mention_accuracy, read_gold_docs
 from ..ranking.linker import Linker
@@ -55,7 +55,7 @@ def _speed(nlp, docs) -> float:
     normalizer.linker._cache.clear()
     docs = strip_links(docs)
     n = sum(len(d.ents) for d in docs)
-    off = [p for p in ("ner", "abbreviation_resolver", "composite_splitter") if p in nlp.pipe_names]
+    off = [p for p in ("abbreviation_resolver", "composite_splitter") if p in nlp.pipe_names] + recognizers(nlp)
     with nlp.select_pipes(disable=off):
         t = time.perf_counter()
         list(nlp.pipe(docs))

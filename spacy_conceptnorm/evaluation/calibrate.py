@@ -1,9 +1,10 @@
 """`calibrate`: tune a saved pipeline on dev gold data and write the result into it.
 
-Three things are set on dev: the sieve `threshold` (Xu & Bethard's "Search:tuned": trained encoders give
+Four things are set on dev: the sieve `threshold` (Xu & Bethard's "Search:tuned": trained encoders give
 higher cosines than the 0.95 the paper fixed, so the first stage answers wrongly more often), the one of
 `SIEVE_THRESHOLDS` with the best dev Acc@1; the confidence model (`ranking.confidence`: the probability that a
-link is right, fitted on the dev links); then the NIL threshold on that probability (see `nil`). While dev is
+link is right, fitted on the dev links); then the NIL threshold on that probability (see `nil`); then, for a
+pipeline with a `link_filter`, its `min_confidence` (see `recognition`). While dev is
 scored, the dev mentions are taken out of the domain names (a pipeline assembled with train+dev mentions as
 synonyms would otherwise find each dev mention itself), except those that are train mentions too; they are put
 back before saving.
@@ -24,7 +25,7 @@ import spacy
 from spacy.language import Language
 from spacy.tokens import Doc
 
-from ..corpus import mention_spans, strip_links
+from ..corpus import mention_spans, recognizers, strip_links
 from ..errors import ConceptNormError, Errors
 from ..kb import DOMAIN, SOURCE_BITS
 from ..ranking.confidence import Confidence, expected_calibration_error, reliability
@@ -32,6 +33,7 @@ from ..scoring import concept_pairs, gold_ids
 from ..util import write_dir_atomically
 from .gold import get_normalizer, link_gold_mentions, mention_accuracy, read_gold_docs
 from .nil import NIL_STRATEGIES, nil_figures
+from .recognition import tune_link_filter
 
 DOMAIN_BIT = SOURCE_BITS[DOMAIN]
 SIEVE_THRESHOLDS = (0.9, 0.92, 0.94, 0.95, 0.96, 0.97, 0.98, 0.99, 1.0)
@@ -97,7 +99,7 @@ def link_evidence(nlp: Language, docs: list[Doc]) -> tuple[list[dict], list[bool
     link is right: what the confidence model is fitted on."""
     name, normalizer = get_normalizer(nlp)
     kb = normalizer.kb
-    text_pipes = [n for n in nlp.pipe_names if n not in ("ner", name)]
+    text_pipes = [n for n in nlp.pipe_names if n != name and n not in recognizers(nlp)]
     with nlp.select_pipes(enable=text_pipes):
         processed = list(nlp.pipe(strip_links(docs)))
     evidence, correct = [], []
@@ -184,6 +186,8 @@ def calibrate(
         figures = nil_figures(nlp, dev_docs, None, holdout, seed)
     threshold = storable_threshold(figures["thresholds"][strategy])
     set_nil_threshold(nlp, threshold)
+    with dev_mentions_hidden(nlp, dev_docs, train_docs):  # the NIL decision on: it counts end to end
+        link_filter = tune_link_filter(nlp, dev_docs)
     save_pipeline(nlp, output_model or model)
     return {
         **figures,
@@ -191,5 +195,6 @@ def calibrate(
         "nil_threshold": threshold,
         "sieve": sieve,
         "confidence": confidence,
+        "link_filter": link_filter,
         "hidden_dev_names": hidden,
     }

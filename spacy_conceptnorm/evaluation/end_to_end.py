@@ -7,9 +7,11 @@ usual match rule: any id of the concept counts, a composite is right only when e
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+
 from spacy.language import Language
 from spacy.scorer import PRFScore
-from spacy.tokens import Doc
+from spacy.tokens import Doc, Span
 
 from ..kb import KnowledgeBase
 from ..scoring import NIL, is_correct
@@ -28,12 +30,25 @@ def end_to_end_scores(nlp: Language, docs: list[Doc], kb: KnowledgeBase) -> dict
     kb (KnowledgeBase): Resolves alternative ids.
     RETURNS (Dict[str, Dict[str, float]]): {"ner": {"p", "r", "f"}, "ner_linking": {...}, "counts": {...}}.
     """
+    return score_docs(docs, nlp.pipe(doc.text for doc in docs), kb)
+
+
+def score_docs(
+    docs: list[Doc], predicted: Iterable[Doc], kb: KnowledgeBase, keep: Callable[[Span], bool] | None = None
+) -> dict[str, dict[str, float]]:
+    """`end_to_end_scores` of docs already predicted (in the order of the gold docs).
+
+    docs (List[Doc]): Gold docs. predicted (Iterable[Doc]): The pipeline's docs of their texts.
+    kb (KnowledgeBase): Resolves alternative ids.
+    keep (Optional[Callable[[Span], bool]]): Score only the predicted entities it keeps (None: all).
+    """
     n_pred = n_gold = ner_right = link_right = 0
-    for gold_doc, pred_doc in zip(docs, nlp.pipe(doc.text for doc in docs)):
+    for gold_doc, pred_doc in zip(docs, predicted):
         gold = {(e.start_char, e.end_char, e.label_): e.kb_id_ for e in gold_doc.ents}
         n_gold += len(gold)
-        n_pred += len(pred_doc.ents)
-        for ent in pred_doc.ents:
+        ents = [ent for ent in pred_doc.ents if keep is None or keep(ent)]
+        n_pred += len(ents)
+        for ent in ents:
             gold_id = gold.get((ent.start_char, ent.end_char, ent.label_))
             if gold_id is None:
                 continue

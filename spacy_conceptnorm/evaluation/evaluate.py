@@ -15,7 +15,7 @@ from __future__ import annotations
 from spacy.language import Language
 from spacy.tokens import Doc
 
-from ..corpus import mention_spans
+from ..corpus import mention_spans, recognizers
 from ..errors import ConceptNormError, Errors
 from ..ranking.confidence import expected_calibration_error, reliability
 from ..scoring import is_correct
@@ -76,7 +76,7 @@ def evaluate_pipeline(
                 result["strategies"][strategy] = mention_accuracy(nlp, link_gold_mentions(nlp, test_docs), refined_out)
         finally:
             normalizer.set_strategy(configured)
-    if "ner" in nlp.pipe_names:
+    if recognizers(nlp):
         result["end_to_end"] = end_to_end_scores(nlp, test_docs, kb)
     if dev_docs is not None:  # calibrated as `calibrate` does: dev mentions are not domain names meanwhile
         with dev_mentions_hidden(nlp, dev_docs, domain_docs):

@@ -14,7 +14,7 @@ from spacy.language import Language
 from spacy.tokens import Doc
 
 from ..component import ConceptNormalizer
-from ..corpus import read_docs, strip_links  # noqa: F401  (strip_links: re-exported)
+from ..corpus import read_docs, recognizers, strip_links  # noqa: F401  (strip_links: re-exported)
 from ..errors import ConceptNormError, Errors
 from ..scoring import NIL, accuracy_at
 
@@ -65,12 +65,11 @@ def get_normalizer(nlp: Language, model: str = "the pipeline") -> tuple[str, Con
 
 
 def link_gold_mentions(nlp: Language, docs: Iterable[Doc]) -> list[LinkedMention]:
-    """Run the pipeline (without `ner`) on the gold entities of the docs, one LinkedMention per gold mention
-    that carries a concept id."""
+    """Run the pipeline (without the components that set entities: `ner`, `dictionary_matcher`, `link_filter`)
+    on the gold entities of the docs, one LinkedMention per gold mention that carries a concept id."""
     _, normalizer = get_normalizer(nlp)
     docs = list(docs)
-    disabled = [name for name in ("ner",) if name in nlp.pipe_names]
-    with nlp.select_pipes(disable=disabled):
+    with nlp.select_pipes(disable=recognizers(nlp)):
         predicted = list(nlp.pipe(strip_links(docs), batch_size=normalizer.cfg["batch_size"]))
     out = []
     for gold_doc, pred_doc in zip(docs, predicted):

@@ -1,0 +1,249 @@
+"""The recognizer's helpers: boundary-error categories, the dictionary_matcher and the link_filter components."""
+
+import pytest
+import spacy
+from spacy.tokens import Doc, Span
+from spacy.training import Example
+
+from spacy_conceptnorm.errors import ConceptNormError
+from spacy_conceptnorm.evaluation.boundaries import boundary_errors
+from spacy_conceptnorm.text.dictionary import DictionaryMatcher
+from spacy_conceptnorm.text.link_filter import LinkFilter
+
+if not Span.has_extension("kb_confidence"):
+    Span.set_extension("kb_confidence", default=None)
+
+TEXT = (
+    "Women with hereditary breast cancer and familial polyposis carry mutations ; breast and ovarian cancer "
+    "families and anemia patients , ataxia - telangiectasia and diabetes were seen ."
+)
+
+
+@pytest.fixture
+def nlp():
+    return spacy.blank("en")
+
+
+def doc_with(nlp, ents: list[str]) -> Doc:
+    """A doc of TEXT with entities given by their text (each found once, left to right)."""
+    doc = nlp.make_doc(TEXT)
+    spans, start = [], 0
+    for text in ents:
+        begin = TEXT.index(text, start)
+        spans.append(doc.char_span(begin, begin + len(text), label="Disease"))
+        start = begin + len(text)
+    doc.ents = spans
+    return doc
+
+
+def test_boundary_categories(nlp):
+    gold = doc_with(
+        nlp,
+        [
+            "hereditary breast cancer",  # found without "hereditary": missing_words
+            "polyposis",  # found as "familial polyposis": extra_words
+            "breast and ovarian cancer",  # found as "ovarian cancer": coordination
+            "anemia",  # not found: missed
+            "ataxia - telangiectasia",  # found right: exact
+            "diabetes",  # found as "diabetes were": extra_words
+        ],
+    )
+    pred = doc_with(
+        nlp,
+        [
+            "breast cancer",
+            "familial polyposis",
+            "mutations",
+            "ovarian cancer",
+            "ataxia - telangiectasia",
+            "diabetes were",
+        ],
+    )
+    counts = boundary_errors([(gold, pred)])
+    assert counts["exact"] == 1
+    assert counts["missing_words"] == 1
+    assert counts["extra_words"] == 2  # "familial polyposis" and "diabetes were"
+    assert counts["coordination"] == 1
+    assert counts["missed"] == 1
+    assert counts["spurious"] == 1  # "mutations"
+    assert counts["crossing"] == 0
+    assert dict(map(tuple, counts["words"]["missing"])) == {"hereditary": 1}
+    assert dict(map(tuple, counts["words"]["extra"])) == {"familial": 1, "were": 1}
+
+
+def test_boundary_crossing_and_two_golds_merged(nlp):
+    gold = doc_with(nlp, ["hereditary breast", "familial polyposis"])
+    pred = doc_with(nlp, ["breast cancer and familial"])
+    counts = boundary_errors([(gold, pred)])
+    # one group: the prediction crosses both gold entities, and the words that differ hold "and"
+    assert counts["coordination"] == 1
+    assert sum(counts[k] for k in ("exact", "spurious", "missed", "extra_words", "missing_words", "crossing")) == 0
+    gold = doc_with(nlp, ["hereditary breast"])
+    pred = doc_with(nlp, ["breast cancer"])
+    assert boundary_errors([(gold, pred)])["crossing"] == 1
+
+
+def test_boundary_empty_docs(nlp):
+    counts = boundary_errors([(nlp.make_doc("no entity here"), nlp.make_doc("no entity here"))])
+    assert all(counts[k] == 0 for k in counts if k != "words")
+
+
+def make_matcher(nlp, names, train_docs=(), **cfg) -> DictionaryMatcher:
+    matcher = nlp.add_pipe("dictionary_matcher", config=cfg)
+    matcher.initialize(lambda: [Example(nlp.make_doc(d.text), d) for d in train_docs], nlp=nlp, names=names)
+    return matcher
+
+
+def test_dictionary_adds_matches_case_insensitively(nlp):
+    make_matcher(nlp, ["Breast Cancer", "ovarian cancer", "x"])
+    doc = nlp("Breast and ovarian cancer ; BREAST CANCER ; x")
+    assert [(e.text, e.label_) for e in doc.ents] == [("ovarian cancer", "Disease"), ("BREAST CANCER", "Disease")]
+
+
+def test_dictionary_merge_rules(nlp):
+    doc = nlp.make_doc("familial breast cancer and anemia")
+    doc.ents = [Span(doc, 0, 2, label="Disease")]  # "familial breast" from the recognizer
+    longest = DictionaryMatcher(nlp.vocab, merge="longest")
+    longest.set_names(["breast cancer", "anemia"])
+    assert [e.text for e in longest(doc).ents] == ["familial breast", "anemia"]  # a tie: the entity stays
+    doc.ents = [Span(doc, 1, 2, label="Disease")]  # "breast"
+    assert [e.text for e in longest(doc).ents] == ["breast cancer", "anemia"]
+    doc.ents = [Span(doc, 1, 2, label="Disease")]
+    fill = DictionaryMatcher(nlp.vocab, merge="fill")
+    fill.set_names(["breast cancer", "anemia"])
+    assert [e.text for e in fill(doc).ents] == ["breast", "anemia"]
+
+
+def test_dictionary_keeps_names_precise_on_training_docs(nlp):
+    train = nlp.make_doc("The disease anemia . Another disease . Cancer and anemia .")
+    train.ents = [Span(train, 2, 3, label="Disease"), Span(train, 9, 10, label="Disease")]  # both "anemia"
+    matcher = make_matcher(nlp, ["disease", "anemia", "leukemia"], [train], min_precision=0.5)
+    assert matcher.names == ["anemia", "leukemia"]  # "disease": 0 of 2 matches are entities; leukemia unseen
+    unseen_off = DictionaryMatcher(nlp.vocab, min_precision=0.5, keep_unseen=False)
+    unseen_off.initialize(lambda: [Example(nlp.make_doc(train.text), train)], names=["disease", "leukemia"])
+    assert unseen_off.names == ["anemia"]  # the training mention is a name too
+
+
+def test_dictionary_reads_kb_names(nlp, kb):
+    matcher = make_matcher(nlp, [])
+    matcher.initialize(lambda: [], kb=kb)
+    doc = nlp("Mutations cause ovarian neoplasms and liver disease .")
+    assert [e.text for e in doc.ents] == ["ovarian neoplasms", "liver disease"]
+
+
+def test_dictionary_round_trip(nlp, tmp_path):
+    make_matcher(nlp, ["anemia", "liver disease"], merge="fill")
+    nlp.to_disk(tmp_path / "p")
+    loaded = spacy.load(tmp_path / "p")
+    assert loaded.get_pipe("dictionary_matcher").names == ["anemia", "liver disease"]
+    assert loaded.get_pipe("dictionary_matcher").cfg["merge"] == "fill"
+    assert [e.text for e in loaded("Liver disease , anemia").ents] == ["Liver disease", "anemia"]
+
+
+def test_dictionary_bad_settings_and_files(nlp, tmp_path):
+    with pytest.raises(ConceptNormError, match="E410"):
+        DictionaryMatcher(nlp.vocab, merge="union")
+    with pytest.raises(ConceptNormError, match="E410"):
+        DictionaryMatcher(nlp.vocab, min_precision=2.0)
+    (tmp_path / "names.json").write_text("[1, 2]")
+    with pytest.raises(ConceptNormError, match=r"E411.*names\.json"):
+        DictionaryMatcher(nlp.vocab).from_disk(tmp_path)
+
+
+def test_link_filter_drops_unconfident_and_nil(nlp):
+    assert isinstance(nlp.add_pipe("link_filter", name="plain"), LinkFilter)
+    link_filter = nlp.add_pipe("link_filter", config={"min_confidence": 0.5, "drop_nil": True})
+    doc = nlp.make_doc("anemia and fever and cough and pain")
+    doc.ents = [
+        Span(doc, i, i + 1, label="Disease", kb_id=kb_id) for i, kb_id in ((0, "D1"), (2, "D2"), (4, "NIL"), (6, "D3"))
+    ]
+    for ent, confidence in zip(doc.ents, (0.9, 0.2, 0.9, None)):
+        ent._.kb_confidence = confidence
+    assert [e.text for e in link_filter(doc).ents] == ["anemia", "pain"]  # no confidence: not looked at, kept
+    with pytest.raises(ConceptNormError, match="E410"):
+        nlp.add_pipe("link_filter", name="bad", config={"min_confidence": -0.1})
+
+
+def test_dictionary_initialize_from_gold_docs(nlp, fixtures, kb):
+    from spacy_conceptnorm.text.dictionary import gold_docs
+
+    docs = gold_docs(fixtures / "ncbi_train_sample.txt")
+    assert gold_docs(None) == []
+    matcher = nlp.add_pipe("dictionary_matcher")
+    matcher.initialize(lambda: [], kb=kb, docs=docs)
+    mentions = {ent.text for doc in docs for ent in doc.ents}
+    assert mentions & set(matcher.names)  # the train mentions are names (those precise enough)
+    found = {(e.start_char, e.end_char) for e in nlp(docs[0].text).ents}
+    assert found & {(e.start_char, e.end_char) for e in docs[0].ents}
+
+
+def test_recognizers_are_the_components_that_set_entities(nlp):
+    from spacy_conceptnorm.corpus import recognizers
+
+    nlp.add_pipe("ner")
+    nlp.add_pipe("dictionary_matcher")
+    nlp.add_pipe("abbreviation_resolver")
+    nlp.add_pipe("link_filter")
+    assert recognizers(nlp) == ["ner", "dictionary_matcher", "link_filter"]
+
+
+def test_ner_vectors_from_text_kb_and_ctd(fixtures, tmp_path):
+    pytest.importorskip("gensim")
+    from spacy_conceptnorm.ner import ner_vector_sentences, train_ner_vectors
+
+    texts = list(
+        ner_vector_sentences(
+            [fixtures / "ncbi_train_sample.txt"], fixtures / "medic_sample.txt", fixtures / "ctd_diseases_sample.tsv"
+        )
+    )
+    assert "Breast Neoplasms" in texts  # a KB name, as written
+    assert any(t.startswith("Germline mutations in BRCA1") or "BRCA1" in t for t in texts)  # corpus sentences
+    out = tmp_path / "vectors.txt"
+    words = train_ner_vectors(texts, out, dim=8, epochs=1, min_count=1)
+    lines = out.read_text().splitlines()
+    assert lines[0] == f"{words} 8" and len(lines) == words + 1
+    vocab = {line.split(" ")[0] for line in lines[1:]}
+    assert "breast" in vocab and "Breast" not in vocab  # lowercased
+
+
+class _FakeNormalizer:
+    """What `tune_link_filter` reads of the concept_normalizer: its KB (every id is its own concept)."""
+
+    class kb:
+        @staticmethod
+        def resolve(concept_id):
+            return concept_id
+
+        @staticmethod
+        def matches(gold_id, concept_id):
+            return gold_id == concept_id
+
+
+def test_tune_link_filter_picks_the_best_threshold_on_dev(nlp, monkeypatch):
+    from spacy.language import Language
+
+    from spacy_conceptnorm.evaluation import recognition
+
+    text = "anemia and fever and cough and pain"
+    predicted = {0: ("D1", 0.95), 2: ("D2", 0.6), 4: ("X", 0.3), 6: ("D4", 0.75)}  # token -> (id, confidence)
+
+    @Language.component("fake_linked_ner_12")
+    def fake_linked_ner(doc):
+        doc.ents = [Span(doc, i, i + 1, label="Disease", kb_id=cid) for i, (cid, _) in predicted.items()]
+        for ent in doc.ents:
+            ent._.kb_confidence = predicted[ent.start][1]
+        return doc
+
+    nlp.add_pipe("fake_linked_ner_12")
+    nlp.add_pipe("link_filter", config={"min_confidence": 0.0})
+    gold = nlp.make_doc(text)
+    # gold: anemia D1, fever D2, cough nothing (the "X" entity is spurious), pain D9 (found, linked wrongly)
+    gold.ents = [Span(gold, i, i + 1, label="Disease", kb_id=cid) for i, cid in ((0, "D1"), (2, "D2"), (6, "D9"))]
+    monkeypatch.setattr(recognition, "get_normalizer", lambda nlp: ("fake", _FakeNormalizer))
+    result = recognition.tune_link_filter(nlp, [gold], grid=(0.0, 0.5, 0.7, 0.9))
+    # 0.0: 2 right of 4 predicted, 3 gold (F1 0.571); 0.5 drops "X": 2/3 (0.667); 0.7 drops fever too: 1/2 (0.4)
+    assert result["min_confidence"] == 0.5
+    assert nlp.get_pipe("link_filter").min_confidence == 0.5
+    assert nlp.get_pipe_config("link_filter")["min_confidence"] == 0.5
+    assert [e.text for e in nlp(text).ents] == ["anemia", "fever", "pain"]
+    assert round(result["scores"]["0.0"]["ner_linking"]["f"], 3) == 0.571
