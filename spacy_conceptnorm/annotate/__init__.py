@@ -19,10 +19,15 @@ lines and a blank line. PubTator is read and written by `spacy_conceptnorm.corpu
 Ids are compared as strings. A record whose id was seen before in the input is a duplicate: warned about and
 skipped. A text longer than `nlp.max_length` is annotated in pieces cut at newlines (else spaces) and merged back.
 
+With `--engine ray` (`annotate_ray`, module `ray_engine`) the documents are annotated by Ray Data actors, on this
+machine or a Ray cluster, in shards kept in OUTPUT.parts until all are done, then merged into OUTPUT: the same
+records as the local engine, resumed shard by shard.
+
 One idea per module: `readers` (input formats), `writers` (output formats), `resume` (what OUTPUT already
-holds), `interrupt` (Ctrl-C), `run` (the loop that ties them together).
+holds), `interrupt` (Ctrl-C), `run` (the loop that ties them together), `ray_engine` (the same on Ray).
 """
 
+from .ray_engine import RaySummary, annotate_ray, parts_dir
 from .readers import INPUT_FORMATS, READERS, detect_input_format, read_jsonl, read_pubtator, read_txt
 from .resume import read_done_ids
 from .run import Summary, annotate, split_text
@@ -33,12 +38,15 @@ __all__ = [
     "OUTPUT_FORMATS",
     "READERS",
     "WRITERS",
+    "RaySummary",
     "Summary",
     "annotate",
+    "annotate_ray",
     "detect_input_format",
     "detect_output_format",
     "entity_record",
     "jsonl_record",
+    "parts_dir",
     "pubtator_record",
     "read_done_ids",
     "read_jsonl",

@@ -59,6 +59,65 @@ def split_text(text: str, limit: int) -> list[tuple[int, str]]:
     return pieces
 
 
+def resolve_formats(input_path: Path, output_path: Path, input_format: str, output_format: str) -> tuple[str, str]:
+    """The input and output formats ("auto" guessed from the paths), checked: ConceptNormError when INPUT is
+    missing, a format unknown, or a directory not read as txt."""
+    if not input_path.exists():
+        raise ConceptNormError(Errors.E804.format(path=input_path))
+    if input_format == "auto":
+        input_format = detect_input_format(input_path)
+    if output_format == "auto":
+        output_format = detect_output_format(output_path)
+    for what, fmt, choices in (("input", input_format, INPUT_FORMATS), ("output", output_format, OUTPUT_FORMATS)):
+        if fmt not in choices:
+            raise ConceptNormError(Errors.E802.format(what=what, fmt=fmt, choices=choices))
+    if input_path.is_dir() and input_format != "txt":
+        raise ConceptNormError(Errors.E807.format(path=input_path, fmt=input_format))
+    return input_format, output_format
+
+
+def input_documents(
+    input_path: Path,
+    input_format: str,
+    output_format: str,
+    done: set[str],
+    summary: Summary,
+    strict: bool,
+    stop: list[BaseException],
+) -> Iterator[tuple[int, object, str]]:
+    """(line number, id, text) of the INPUT documents still to annotate, read lazily; ends when `stop` is not
+    empty. Ids in `done` are counted as skipped; a malformed record, a duplicate id (the first one is kept) or an
+    id that PubTator cannot hold is warned about and counted, or with `strict` appended to `stop` as a
+    ConceptNormError that ends the input. Both engines read their input here, so they annotate the same documents.
+    """
+
+    def report(path: Path, line: int, problem: str, kind: str = "malformed") -> None:
+        message = Errors.E801.format(path=path, line=line, problem=problem)
+        if strict:
+            stop.append(ConceptNormError(message))
+            return
+        setattr(summary, kind, getattr(summary, kind) + 1)
+        if summary.malformed + summary.duplicates <= MAX_WARNINGS:
+            last = summary.malformed + summary.duplicates == MAX_WARNINGS
+            warnings.warn(f"{message} {Errors.E808}" if last else message, stacklevel=3)
+
+    seen: set[str] = set()
+    for line, doc_id, text in READERS[input_format](input_path, report):
+        if stop:
+            return
+        key = str(doc_id)
+        if key in seen:
+            report(input_path, line, f"duplicate id {doc_id!r} (the first one is kept)", "duplicates")
+            continue
+        seen.add(key)
+        if key in done:
+            summary.skipped += 1
+        elif output_format == "pubtator" and NOT_IN_PUBTATOR_ID.search(key):
+            report(input_path, line, f"id {doc_id!r} cannot be a PubTator PMID ('|', tab or newline)")
+        else:
+            yield line, doc_id, text
+
+
 def annotate(
     model: str | Path | Language,
     input_path: str | Path,
@@ -92,17 +151,7 @@ def annotate(
     RETURNS (Summary): The counts of the run.
     """
     input_path, output_path = Path(input_path), Path(output_path)
-    if not input_path.exists():
-        raise ConceptNormError(Errors.E804.format(path=input_path))
-    if input_format == "auto":
-        input_format = detect_input_format(input_path)
-    if output_format == "auto":
-        output_format = detect_output_format(output_path)
-    for what, fmt, choices in (("input", input_format, INPUT_FORMATS), ("output", output_format, OUTPUT_FORMATS)):
-        if fmt not in choices:
-            raise ConceptNormError(Errors.E802.format(what=what, fmt=fmt, choices=choices))
-    if input_path.is_dir() and input_format != "txt":
-        raise ConceptNormError(Errors.E807.format(path=input_path, fmt=input_format))
+    input_format, output_format = resolve_formats(input_path, output_path, input_format, output_format)
     check_output(output_path)  # before the model loads (seconds to minutes)
     done = read_done_ids(output_path, output_format)
     nlp = model if isinstance(model, Language) else spacy.load(model)
@@ -114,39 +163,15 @@ def annotate(
     # are finished and written, and the multiprocessing workers shut down cleanly; it is raised afterwards.
     stop: list[BaseException] = []
 
-    def report(path: Path, line: int, problem: str, kind: str = "malformed") -> None:
-        message = Errors.E801.format(path=path, line=line, problem=problem)
-        if strict:
-            stop.append(ConceptNormError(message))
-            return
-        setattr(summary, kind, getattr(summary, kind) + 1)
-        if summary.malformed + summary.duplicates <= MAX_WARNINGS:
-            last = summary.malformed + summary.duplicates == MAX_WARNINGS
-            warnings.warn(f"{message} {Errors.E808}" if last else message, stacklevel=2)
-
-    seen: set[str] = set()
-
     def texts() -> Iterator[tuple[str, tuple[object, int, bool]]]:
         """(text, (id, offset, last piece?)) for nlp.pipe, read lazily as the pipeline asks for more."""
-        for line, doc_id, text in READERS[input_format](input_path, report):
-            if stop:
-                return
-            key = str(doc_id)
-            if key in seen:
-                report(input_path, line, f"duplicate id {doc_id!r} (the first one is kept)", "duplicates")
-                continue
-            seen.add(key)
-            if key in done:
-                summary.skipped += 1
-            elif output_format == "pubtator" and NOT_IN_PUBTATOR_ID.search(key):
-                report(input_path, line, f"id {doc_id!r} cannot be a PubTator PMID ('|', tab or newline)")
-            else:
-                pieces = split_text(text, limit)
-                if len(pieces) > 1:
-                    message = Errors.E809.format(id=doc_id, length=len(text), limit=limit, pieces=len(pieces))
-                    warnings.warn(message, stacklevel=2)
-                for i, (offset, piece) in enumerate(pieces, 1):
-                    yield piece, (doc_id, offset, i == len(pieces))
+        for _, doc_id, text in input_documents(input_path, input_format, output_format, done, summary, strict, stop):
+            pieces = split_text(text, limit)
+            if len(pieces) > 1:
+                message = Errors.E809.format(id=doc_id, length=len(text), limit=limit, pieces=len(pieces))
+                warnings.warn(message, stacklevel=2)
+            for i, (offset, piece) in enumerate(pieces, 1):
+                yield piece, (doc_id, offset, i == len(pieces))
 
     workers_before, annotating = set(multiprocessing.active_children()), os.getpid()
 
