@@ -20,7 +20,7 @@ from spacy_conceptnorm.evaluation.evaluate import evaluate_pipeline
 from spacy_conceptnorm.evaluation.gold import read_gold_docs
 from spacy_conceptnorm.evaluation.nil import NilCase, holding_out, nil_accuracy, nil_thresholds
 from spacy_conceptnorm.evaluation.report import headline as headline_of
-from spacy_conceptnorm.evaluation.report import write_report
+from spacy_conceptnorm.evaluation.report import markdown, write_report
 from spacy_conceptnorm.kb import DOMAIN, Concept, KnowledgeBase, load_kb
 from spacy_conceptnorm.search import ALL_STRATEGIES, SieveSearcher
 
@@ -149,6 +149,9 @@ def test_gold_mentions_refined_set_and_end_to_end_by_hand(nlp):
     e2e = metrics["end_to_end"]
     assert e2e["ner"] == pytest.approx({"p": 2 / 3, "r": 2 / 4, "f": 4 / 7})
     assert e2e["ner_linking"] == pytest.approx({"p": 1 / 3, "r": 1 / 4, "f": 2 / 7})
+    # boundary errors compare spans only: liver disease's span is right; hemochromatosis is missed
+    assert (e2e["boundaries"]["exact"], e2e["boundaries"]["missed"], e2e["boundaries"]["spurious"]) == (3, 1, 0)
+    assert "## Boundary errors (end to end)" in markdown(metrics, headline_of(metrics))
     assert metrics["nil"] is None and metrics["strategies"] == {}
     with nlp.select_pipes(disable=["ner"]):
         assert evaluate_pipeline(nlp, test_docs, domain_docs)["end_to_end"] is None

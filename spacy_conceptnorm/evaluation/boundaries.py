@@ -12,8 +12,9 @@ characters; an exact match is its own group). A group that is not one exact matc
   "hereditary");
 - `crossing`: anything else that overlaps (spans that cross, several entities on one side).
 
-`words` counts the lowercased words added or dropped by the `extra_words` and `missing_words` errors, so the
-modifiers ("hereditary", "familial") that the recognizer takes or leaves show up by name.
+Spans only: labels are not compared (NCBI-disease has one). `words` counts the lowercased words added or dropped
+by the `extra_words` and `missing_words` errors, so the modifiers ("hereditary", "familial") that the recognizer
+takes or leaves show up by name.
 """
 
 from __future__ import annotations

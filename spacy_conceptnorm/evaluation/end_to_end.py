@@ -15,6 +15,7 @@ from spacy.tokens import Doc, Span
 
 from ..kb import KnowledgeBase
 from ..scoring import NIL, is_correct
+from .boundaries import boundary_errors
 
 
 def prf(right: int, predicted: int, gold: int) -> dict[str, float]:
@@ -28,9 +29,11 @@ def end_to_end_scores(nlp: Language, docs: list[Doc], kb: KnowledgeBase) -> dict
     nlp (Language): The full pipeline, with a `ner` that sets the entities.
     docs (List[Doc]): Gold docs (gold `ent.kb_id_` = concept id).
     kb (KnowledgeBase): Resolves alternative ids.
-    RETURNS (Dict[str, Dict[str, float]]): {"ner": {"p", "r", "f"}, "ner_linking": {...}, "counts": {...}}.
+    RETURNS (Dict[str, Dict[str, float]]): {"ner": {"p", "r", "f"}, "ner_linking": {...}, "counts": {...},
+        "boundaries": the boundary-error categories (`boundaries.boundary_errors`)}.
     """
-    return score_docs(docs, nlp.pipe(doc.text for doc in docs), kb)
+    predicted = list(nlp.pipe(doc.text for doc in docs))
+    return {**score_docs(docs, predicted, kb), "boundaries": boundary_errors(zip(docs, predicted))}
 
 
 def score_docs(

@@ -10,6 +10,7 @@ from pathlib import Path
 from wasabi import MarkdownRenderer
 
 from ..util import atomic_open, write_json
+from .boundaries import CATEGORIES as BOUNDARY_CATEGORIES
 
 PNG = "evaluation.png"
 
@@ -104,6 +105,14 @@ def markdown(metrics: dict, rows: dict[str, float | None]) -> str:
                     nil_rows.append((strategy, f"{threshold:.4f}", split, *accuracies, counts))
         header = ["strategy", "threshold", "split", "in-KB acc", "out-of-KB acc", "overall acc"]
         md.add(md.table(nil_rows, [*header, "in-KB / out-of-KB mentions"]))
+    boundaries = (metrics.get("end_to_end") or {}).get("boundaries")
+    if boundaries:
+        md.add(md.title(2, "Boundary errors (end to end)"))
+        md.add("Overlapping predicted and gold entities form a group; a group not one exact match is one error.")
+        md.add(md.table([(k, str(boundaries[k])) for k in BOUNDARY_CATEGORIES], ["category", "count"]))
+        for side in ("extra", "missing"):
+            words = ", ".join(f"{w} ({n})" for w, n in boundaries["words"][side][:10])
+            md.add(f"Most frequent {side} words: {words or 'none'}.")
     if metrics.get("end_to_end") is None:
         md.add("End-to-end scores: not computed (the pipeline has no `ner`).")
     return md.text + "\n"
