@@ -41,7 +41,8 @@ print(oct(os.stat(os.path.join({tmp!r}, "f")).st_mode & 0o777))
 
 
 def test_import_has_no_process_wide_side_effects(tmp_path):
-    out = subprocess.run([sys.executable, "-c", CODE.format(tmp=str(tmp_path))], capture_output=True, text=True, timeout=120)
+    code = CODE.format(tmp=str(tmp_path))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split("\n")[:3] == ["2 False", "1", "0o640"]
 
