@@ -99,20 +99,21 @@ class StringTable:
 
     def add(self, text: str) -> int:
         """The id of `text`: its existing id in a unique table, else a new one."""
-        raw = _encode(text)
+        raw = text.encode("utf-8", "surrogatepass")
+        n = len(self._ends)
         if self.unique:
             hashed = zlib.crc32(raw)
             found, slot = self._find(raw, hashed)
             if found >= 0:
                 return found
-            if 2 * (len(self) + 1) > len(self._slots):
+            if 2 * (n + 1) > len(self._slots):
                 self._rehash(2 * len(self._slots))
                 slot = self._find(raw, hashed)[1]
-            self._slots[slot] = len(self) + 1
+            self._slots[slot] = n + 1
             self._hashes.append(hashed)
         self._data += raw
         self._ends.append(len(self._data))
-        return len(self) - 1
+        return n
 
     def renew(self, text: str) -> int:
         """Give a string of a unique table a new id, last in the order; the old id keeps the string but is no longer
@@ -208,7 +209,11 @@ class LinkLists:
     def grow(self, owners: int) -> None:
         """Make room for owners with ids below `owners`."""
         missing = owners - len(self.first)
-        if missing > 0:
+        if missing == 1:  # the usual case: one new owner
+            self.first.append(-1)
+            self.last.append(-1)
+            self.owner_bits.append(0)
+        elif missing > 0:
             self.first.extend([-1] * missing)
             self.last.extend([-1] * missing)
             self.owner_bits.extend(bytes(missing))
@@ -232,12 +237,15 @@ class LinkLists:
 
     def add(self, owner: int, target: int, bit: int) -> None:
         """Set `bit` on the owner's link to `target`, appending the link when there is none."""
-        self.grow(owner + 1)
-        for link, found, _ in self.links(owner):
-            if found == target:
+        if owner >= len(self.first):
+            self.grow(owner + 1)
+        link = self.first[owner]
+        while link >= 0:
+            if self.target[link] == target:
                 self.bits[link] |= bit
                 self.owner_bits[owner] |= bit
                 return
+            link = self.next[link]
         if self.free >= 0:
             link, self.free = self.free, self.next[self.free]
             self.next[link], self.owner[link], self.target[link], self.bits[link] = -1, owner, target, bit

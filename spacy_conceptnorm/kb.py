@@ -226,15 +226,17 @@ class KnowledgeBase:
         key = self.normalizer(name)
         if not key:
             return -1, False
+        links = self._links
         name_id = self._keys.add(key)
-        if name_id < len(self._surface_of) and not self._links.owner_bits[name_id]:
+        known = len(self._surface_of)
+        if name_id < known and not links.owner_bits[name_id]:
             name_id = self._keys.renew(key)  # linked again after losing every concept: a new name, last in order
-        if name_id == len(self._surface_of):
+        if name_id >= known:
             self._surface_of.append(self._surfaces.add(name.strip()))
-            self._links.grow(name_id + 1)
+            links.grow(name_id + 1)
         bit = SOURCE_BITS[source]
-        had_source = self._links.owner_bits[name_id] & bit
-        self._links.add(name_id, concept, bit)
+        had_source = links.owner_bits[name_id] & bit
+        links.add(name_id, concept, bit)
         return name_id, not had_source
 
     def add_names(
