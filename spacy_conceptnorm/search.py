@@ -527,7 +527,9 @@ def exact_scores(matrix: np.ndarray | VectorStore, rows: np.ndarray, query: np.n
         return []
     vectors = matrix[rows].astype(np.float64)
     query = query.astype(np.float64)
-    norms = np.sqrt((vectors * vectors).sum(axis=1)) * np.sqrt((query * query).sum())
+    # sqrt(a * b), not sqrt(a) * sqrt(b): for a row against itself a = b = the dot product, and sqrt(a * a) == a
+    # exactly in IEEE arithmetic, so the cosine is exactly 1 (the product of two square roots may miss by an ulp)
+    norms = np.sqrt((vectors * vectors).sum(axis=1) * (query * query).sum())
     return ((vectors * query).sum(axis=1) / np.where(norms > 0, norms, 1.0)).tolist()
 
 

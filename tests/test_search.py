@@ -111,3 +111,14 @@ def test_round_trip_and_mismatch_detection(searcher, small_kb, tmp_path):
     other_kb.add_concept(Concept("X", "Something else"))
     with pytest.raises(ConceptNormError, match="differ"):
         SieveSearcher(other_kb, searcher.encoder).from_disk(tmp_path / "s2")
+
+
+def test_a_float16_row_scores_exactly_one_against_itself():
+    from spacy_conceptnorm.search import exact_scores
+
+    rng = np.random.default_rng(0)
+    rows = rng.standard_normal((500, 384)).astype(np.float32)
+    rows = (rows / np.linalg.norm(rows, axis=1, keepdims=True)).astype(np.float16).astype(np.float32)
+    # the rows' norms are not 1 after the float16 rounding: a cosine must still say 1 for the same vector
+    assert not np.all(np.linalg.norm(rows.astype(np.float64), axis=1) == 1.0)
+    assert all(exact_scores(rows, np.array([i]), rows[i]) == [1.0] for i in range(len(rows)))
