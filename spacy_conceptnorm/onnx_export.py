@@ -114,14 +114,15 @@ def cached_export(model: str, pooling: str) -> Path:
 
 def open_session(path: Path, threads: int, device: str):
     """An ONNX Runtime session on an export: all graph optimizations, `threads` intra-op threads, which sleep
-    instead of spinning between calls when OMP_WAIT_POLICY is PASSIVE (the package's default, see `threads`),
-    on CUDA when `device` is and the CUDA provider is installed, else on the CPU."""
+    instead of spinning between calls unless OMP_WAIT_POLICY is ACTIVE (spinning threads wait on threads that are
+    not scheduled when the machine is shared, see `threads`), on CUDA when `device` is and the CUDA provider is
+    installed, else on the CPU."""
     ort = require_onnxruntime()
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.intra_op_num_threads = max(1, threads)
     options.inter_op_num_threads = 1
-    if os.environ.get("OMP_WAIT_POLICY", "").upper() == "PASSIVE":
+    if os.environ.get("OMP_WAIT_POLICY", "").upper() != "ACTIVE":
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     providers = ["CPUExecutionProvider"]
     if device.startswith("cuda") and "CUDAExecutionProvider" in ort.get_available_providers():

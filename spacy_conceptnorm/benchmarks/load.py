@@ -10,7 +10,13 @@ Each repeat starts a new Python process that
 After each step it reads the process's resident memory (VmRSS) and its peak so far (VmHWM) from /proc, and whether
 the encoder's weights are loaded. A pipeline with no entity recognizer ("ner", "entity_ruler", "span_ruler") gets
 its entities marked on the texts (`--known`, `--unseen`); one with a recognizer finds its own. The table gives the
-median of each figure over the repeats.
+median of each figure over the repeats, and the packages that `spacy.load` imported.
+
+spaCy imports every installed package's spaCy entry points in `spacy.load` (Language.__init__ loads the factory
+registry), whichever components the pipeline has: with spacy-transformers installed (a dependency of this package,
+for the transformer NER recipe) that is transformers and parts of torch, scikit-learn and pandas. `--hide-entry-points
+spacy_transformers` drops that package's entry points in the measuring process, to measure the pipeline as if it
+were not installed.
 """
 
 from __future__ import annotations
@@ -49,12 +55,23 @@ def encoder_loaded(nlp):
 args = json.loads(sys.argv[1])
 figures = {}
 start = time.perf_counter()
+if args["hide"]:
+    import catalogue
+    eps = catalogue.AVAILABLE_ENTRY_POINTS
+    eps = [ep for group in eps.values() for ep in group] if isinstance(eps, dict) else list(eps)
+    groups = {}  # a plain dict: catalogue then reads it with .get(group)
+    for ep in eps:
+        if ep.value.split(":")[0].split(".")[0] not in args["hide"]:
+            groups.setdefault(ep.group, []).append(ep)
+    catalogue.AVAILABLE_ENTRY_POINTS = groups
 import spacy
 import spacy_conceptnorm
 figures["imports"] = {"seconds": time.perf_counter() - start, **memory(), "torch": "torch" in sys.modules}
+before = {name.split(".")[0] for name in sys.modules}
 start = time.perf_counter()
 nlp = spacy.load(args["pipeline"])
 figures["load"] = {"seconds": time.perf_counter() - start, **memory(), "encoder": encoder_loaded(nlp)}
+figures["load"]["imported"] = sorted({name.split(".")[0] for name in sys.modules} - before - {"__main__"})
 mark = not any(name in args["recognizers"] for name in nlp.pipe_names)
 for step, mentions in (("known", args["known"]), ("unseen", args["unseen"])):
     text = "Patients with " + ", ".join(mentions) + " were seen."
@@ -75,9 +92,9 @@ print(json.dumps(figures))
 """
 
 
-def measure(pipeline: Path, known: list[str], unseen: list[str]) -> dict:
+def measure(pipeline: Path, known: list[str], unseen: list[str], hide: list[str]) -> dict:
     """One fresh process's figures (see the module docstring)."""
-    args = {"pipeline": str(pipeline), "known": known, "unseen": unseen, "recognizers": list(RECOGNIZERS)}
+    args = {"pipeline": str(pipeline), "known": known, "unseen": unseen, "recognizers": list(RECOGNIZERS), "hide": hide}
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     run = subprocess.run(
         [sys.executable, "-c", CHILD, json.dumps(args)], env=env, capture_output=True, text=True, timeout=900
@@ -93,16 +110,19 @@ def main(
     repeats: int = typer.Option(3, min=1, help="Fresh processes measured"),
     known: list[str] = typer.Option(list(KNOWN), help="Mentions that are exact KB names (marked if no recognizer)"),
     unseen: list[str] = typer.Option(list(UNSEEN), help="Mentions that are no KB name (marked if no recognizer)"),
+    hide_entry_points: list[str] = typer.Option([], help="Packages whose spaCy entry points are dropped"),
     output: Path = typer.Option(None, help="Write every repeat's figures and the medians as JSON here"),
 ) -> None:
-    runs = [measure(pipeline, known, unseen) for _ in range(repeats)]
+    runs = [measure(pipeline, known, unseen, hide_entry_points) for _ in range(repeats)]
     steps = list(runs[0])
     median = {
         step: {key: statistics.median(run[step][key] for run in runs) for key in ("seconds", "VmRSS", "VmHWM")}
         for step in steps
     }
     load = os.getloadavg()
-    typer.echo(f"{pipeline}: {repeats} fresh processes, {os.cpu_count()} CPUs, load average {load[0]:.2f} at the end")
+    hidden = f", entry points of {', '.join(hide_entry_points)} hidden" if hide_entry_points else ""
+    typer.echo(f"{pipeline}: {repeats} fresh processes, {os.cpu_count()} CPUs, load average {load[0]:.2f} at the end"
+               f"{hidden}")  # fmt: skip
     typer.echo("| step | seconds (median) | RSS MiB | peak RSS MiB | encoder loaded |")
     typer.echo("|---|---|---|---|---|")
     for step in steps:
@@ -111,11 +131,13 @@ def main(
         typer.echo(f"| {step} | {m['seconds']:.2f} | {m['VmRSS']:.0f} | {m['VmHWM']:.0f} | {loaded} |")
     for step in ("known", "unseen"):
         typer.echo(f"{step} links: {runs[-1][step]['links']}")
+    typer.echo(f"packages imported by spacy.load: {', '.join(runs[-1]['load']['imported']) or 'none'}")
     if output:
         figures = {
             "pipeline": str(pipeline),
             "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs",
             "load_average": load,
+            "hidden_entry_points": hide_entry_points,
             "median": median,
             "runs": runs,
         }
