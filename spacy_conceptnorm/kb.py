@@ -397,26 +397,33 @@ class KnowledgeBase:
         )
 
     # --- serialization ----------------------------------------------------------------------------------------
-    def to_dict(self) -> dict:
+    def _parts(self) -> dict[str, Callable[[], object]]:
+        """What is saved, by key, each made when called (so that a large KB's copies are made one at a time)."""
         return {
-            "format": FORMAT_TAG,
-            "version": FORMAT_VERSION,
-            "normalizer": self.normalizer.to_dict(),
-            "concepts": self.concepts.to_dict(),
-            "ids": self._ids.to_dict(),
-            "id_concept": array_bytes(self._id_concept),
-            "names": self._keys.to_dict(),
-            "surfaces": self._surfaces.to_dict(),
-            "surface_of": array_bytes(self._surface_of),
-            "links": self._links.to_dict(),
-            "repeats": [[*link, count] for link, count in self._repeats.items()],
+            "format": lambda: FORMAT_TAG,
+            "version": lambda: FORMAT_VERSION,
+            "normalizer": self.normalizer.to_dict,
+            "concepts": self.concepts.to_dict,
+            "ids": self._ids.to_dict,
+            "id_concept": lambda: array_bytes(self._id_concept),
+            "names": self._keys.to_dict,
+            "surfaces": self._surfaces.to_dict,
+            "surface_of": lambda: array_bytes(self._surface_of),
+            "links": self._links.to_dict,
+            "repeats": lambda: [[*link, count] for link, count in self._repeats.items()],
         }
 
+    def to_dict(self) -> dict:
+        return {key: make() for key, make in self._parts().items()}
+
     def to_disk(self, path: str | Path) -> None:
-        """Write the knowledge base to one msgpack file (its tables as raw arrays, with their crc32), atomically."""
-        data = self.to_dict()
-        data["crc32"] = _crc32(data)
-        _write_entries(path, data)
+        """Write the knowledge base to one msgpack file (its tables as raw arrays, with their crc32), atomically,
+        a table at a time: the crc32 first (made over the tables in key order), then each table written."""
+        parts = self._parts()
+        crc = 0
+        for key in sorted(parts):
+            crc = _crc32(parts[key](), zlib.crc32(key.encode("utf8"), crc))
+        _write_entries(path, [*parts.items(), ("crc32", lambda: crc)])
 
     @classmethod
     def from_disk(cls, path: str | Path) -> KnowledgeBase:
@@ -488,14 +495,15 @@ class KnowledgeBase:
         return kb
 
 
-def _write_entries(path: str | Path, data: dict) -> None:
-    """A dict as one msgpack map, written an entry at a time, atomically (memory: the largest entry, not the file)."""
+def _write_entries(path: str | Path, entries: list[tuple[str, Callable[[], object]]]) -> None:
+    """One msgpack map of (key, function making the value), written an entry at a time, atomically (memory: the
+    largest entry, not the file)."""
     packer = srsly.msgpack.Packer(use_bin_type=True)
     with atomic_open(path) as f:
-        f.write(packer.pack_map_header(len(data)))
-        for key, value in data.items():
+        f.write(packer.pack_map_header(len(entries)))
+        for key, make in entries:
             f.write(packer.pack(key))
-            f.write(packer.pack(value))
+            f.write(packer.pack(make()))
 
 
 def _read_entries(path: str | Path) -> dict:
