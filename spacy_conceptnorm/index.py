@@ -25,6 +25,7 @@ their exact scores from the store, so its scores are exact cosines and only the 
 
 from __future__ import annotations
 
+import os
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -40,6 +41,7 @@ from .util import atomic_open
 INDEX_TYPES = ("auto", "exact", "flat", "hnsw", "ivf", "ivfpq")
 QUERY_CHUNK = 512  # queries per matrix product in exact search: bounds the score matrix to 512 x BLOCK_ROWS
 BLOCK_ROWS = 16384  # store rows searched (converted to float32) at a time
+FILE_READ_ROWS = 1024  # runs of at least this many loaded rows are read from the file, not the memory map
 SMALL_BATCH = 32  # fewer queries than this multiply float16 rows as they are: converting them costs more
 ADD_CHUNK = 1 << 16  # vectors handed to FAISS at a time
 IVF_MAX_LISTS = 4096  # lists chosen for IVF indexes (`ivf_nlist = 0`) at most
@@ -80,6 +82,9 @@ class VectorStore:
         self._tail = np.zeros((0, self.dim), dtype=dtype)  # rows appended after them, with spare capacity
         self._tail_rows = 0
         self.version = 0  # changes with every write: copies elsewhere (a GPU) follow it
+        self._file = None  # the loaded .npy, open (its rows are read from it), and where its data start
+        self._offset = 0
+        self._base_written = False  # a loaded row was written: the map holds it, the file does not
 
     @property
     def dtype(self) -> np.dtype:
@@ -111,8 +116,8 @@ class VectorStore:
             return self._base[row] if row < n else self._tail[row - n]
         if isinstance(key, slice):
             start, stop, step = key.indices(len(self))
-            if step == 1 and (stop <= n or start >= n):  # within one part: a view
-                return self._base[start:stop] if stop <= n else self._tail[start - n : max(stop, start) - n]
+            if step == 1 and (stop <= n or start >= n):  # within one part: a view, or read from the file
+                return self._base_rows(start, stop) if stop <= n else self._tail[start - n : max(stop, start) - n]
             key = np.arange(start, stop, step)
         rows = np.asarray(key, dtype=np.int64)
         if rows.ndim != 1:
@@ -120,11 +125,24 @@ class VectorStore:
         rows = np.where(rows < 0, rows + len(self), rows)
         if len(rows) and (rows.min() < 0 or rows.max() >= len(self)):
             raise IndexError(f"rows out of range for a store of {len(self)} rows")
+        if len(rows) >= FILE_READ_ROWS and rows[-1] < n and rows[-1] - rows[0] == len(rows) - 1:
+            if np.all(np.diff(rows) == 1):
+                return self._base_rows(int(rows[0]), int(rows[-1]) + 1)
         out = np.empty((len(rows), self.dim), dtype=self.dtype)
         base = rows < n
         out[base] = self._base[rows[base]]
         out[~base] = self._tail[rows[~base] - n]
         return out
+
+    def _base_rows(self, start: int, stop: int) -> np.ndarray:
+        """Loaded rows start..stop: a long run is read from the file (pread), not through the memory map, so that
+        scanning the store (building an index, exact search) does not make the whole file resident in this
+        process; shorter runs, and any run once a loaded row was written, come from the map."""
+        if self._file is None or self._base_written or stop - start < FILE_READ_ROWS:
+            return self._base[start:stop]
+        row_bytes = self.dim * self.dtype.itemsize
+        data = os.pread(self._file.fileno(), (stop - start) * row_bytes, self._offset + start * row_bytes)
+        return np.frombuffer(data, dtype=self.dtype).reshape(stop - start, self.dim)
 
     def __setitem__(self, rows: int | np.ndarray, values: np.ndarray) -> None:
         rows = np.atleast_1d(np.asarray(rows, dtype=np.int64))
@@ -132,6 +150,7 @@ class VectorStore:
         if len(rows) and (rows.min() < 0 or rows.max() >= len(self)):
             raise IndexError(f"rows out of range for a store of {len(self)} rows")
         base = rows < len(self._base)
+        self._base_written = self._base_written or bool(base.any())
         self._base[rows[base]] = values[base]
         self._tail[rows[~base] - len(self._base)] = values[~base]
         self.version += 1
@@ -141,6 +160,7 @@ class VectorStore:
         if self.dtype == np.float16 and len(values) and not np.all(float16_cosines(values) >= FP16_MIN_COSINE):
             self._base = self._base.astype(np.float32)
             self._tail = self._tail.astype(np.float32)
+            self._file = None  # the loaded rows are in memory now
         return values
 
     def as_float16(self) -> VectorStore:
@@ -178,12 +198,14 @@ class VectorStore:
 
     def blocks(self, size: int = BLOCK_ROWS) -> Iterator[tuple[int, np.ndarray]]:
         """(first row, float32 rows) for consecutive blocks of at most `size` rows."""
-        for start, part in self._parts():
-            for i in range(0, len(part), size):
-                yield start + i, np.asarray(part[i : i + size], dtype=np.float32)
+        for start, stop in self._runs(size):
+            yield start, np.asarray(self.raw(slice(start, stop)), dtype=np.float32)
 
-    def _parts(self) -> list[tuple[int, np.ndarray]]:
-        return [(0, self._base), (len(self._base), self._tail[: self._tail_rows])]
+    def _runs(self, size: int) -> Iterator[tuple[int, int]]:
+        """(start, stop) of consecutive blocks of at most `size` rows, none across the loaded and appended rows."""
+        for first, last in ((0, len(self._base)), (len(self._base), len(self))):
+            for start in range(first, last, size):
+                yield start, min(start + size, last)
 
     def save(self, path: str | Path) -> int:
         """Write the rows as a `.npy` file (atomically, a block at a time); returns the crc32 of its data."""
@@ -191,11 +213,10 @@ class VectorStore:
         crc = 0
         with atomic_open(path) as f:
             np.lib.format.write_array_header_1_0(f, header)
-            for _, part in self._parts():
-                for i in range(0, len(part), BLOCK_ROWS):
-                    data = np.ascontiguousarray(part[i : i + BLOCK_ROWS]).tobytes()
-                    crc = zlib.crc32(data, crc)
-                    f.write(data)
+            for start, stop in self._runs(BLOCK_ROWS):
+                data = np.ascontiguousarray(self.raw(slice(start, stop))).tobytes()
+                crc = zlib.crc32(data, crc)
+                f.write(data)
         return crc
 
     @classmethod
@@ -222,6 +243,8 @@ class VectorStore:
             raise _checksum_error(path)
         store = cls(vectors.shape[1], vectors.dtype)
         store._base = vectors
+        if isinstance(vectors, np.memmap) and hasattr(os, "pread"):
+            store._file, store._offset = open(path, "rb"), vectors.offset  # this file, even once replaced
         return store
 
 

@@ -161,7 +161,8 @@ def test_float16_rows_keep_their_cosine_and_others_stay_float32():
     assert np.array_equal(store[np.arange(500)], back)  # the rows already there are unchanged
 
 
-def test_a_saved_store_is_memory_mapped_copy_on_write(tmp_path):
+def test_a_saved_store_is_memory_mapped_copy_on_write(tmp_path, monkeypatch):
+    monkeypatch.setattr(index_module, "FILE_READ_ROWS", 10)  # long runs of rows are read from the file
     store = VectorStore(16)
     store.append(unit(100))
     crc = store.save(tmp_path / "v.npy")
@@ -169,15 +170,20 @@ def test_a_saved_store_is_memory_mapped_copy_on_write(tmp_path):
     before = (tmp_path / "v.npy").read_bytes()
     loaded = VectorStore.load(tmp_path / "v.npy", (100, 16), crc)
     assert isinstance(loaded._base, np.memmap) and np.array_equal(loaded[np.arange(100)], store[np.arange(100)])
+    assert not isinstance(loaded.raw(slice(0, 50)), np.memmap) and np.array_equal(loaded[:50], store[:50])
     loaded[3] = unit(1, seed=9)[0]
     loaded.append(unit(2, seed=8))
     assert (tmp_path / "v.npy").read_bytes() == before  # written rows stay in memory
     assert len(loaded) == 102 and np.allclose(loaded[3], unit(1, seed=9)[0], atol=1e-3)
+    assert np.allclose(loaded[:50][3], unit(1, seed=9)[0], atol=1e-3)  # long runs too, once a row is written
     with pytest.raises(ConceptNormError, match="checksum"):
         VectorStore.load(tmp_path / "v.npy", (100, 16), crc ^ 1)
     (tmp_path / "cut.npy").write_bytes(before[: len(before) // 2])
     with pytest.raises(ConceptNormError, match=r"cut\.npy.*truncated or corrupt"):
         VectorStore.load(tmp_path / "cut.npy")
+    other = VectorStore.load(tmp_path / "v.npy")
+    (tmp_path / "v.npy").unlink()  # replaced by a save to the same directory: the file opened is still read
+    assert np.array_equal(other[:50], store[:50])
 
 
 # --- indexes on the store, and their type by size -------------------------------------------------------------------

@@ -13,11 +13,12 @@ seconds.
 Index part, SYNTHETIC VECTORS: the name vectors are random unit vectors (encoding millions of names would take
 hours here), one per KB name, written as float16 and memory-mapped; the queries are `--queries` KB rows plus
 Gaussian noise (cosine about 0.8 to their row). Each index type runs in a fresh process that loads the KB,
-memory-maps the vectors and builds a SieveSearcher over them with that index type: build seconds, peak RSS (with the
-part that is file-backed: pages of the memory-mapped vectors, which the kernel drops under pressure, and anonymous
-memory, which it cannot), queries/s through the index (all queries in one batch, and one query at a time) and
-through the whole sieve, and recall@1: the share of queries whose first row is the one exact search ranks first
-(`exact` runs first and gives the reference). A type still running after `--limit` seconds is stopped and reported.
+memory-maps the vectors and builds a SieveSearcher over them with that index type: build seconds, peak RSS (with
+the part that is file-backed: pages of the memory-mapped vectors, which the kernel drops under pressure, and
+anonymous memory, which it cannot), queries/s through the index (all queries in one batch, and one query at a time)
+and through the whole sieve (both on fewer queries when they would take over `SINGLE_BUDGET` seconds), and
+recall@1: the share of queries whose first row is the one exact search ranks first (`exact` runs first and gives
+the reference). A type still running after `--limit` seconds is stopped and reported.
 """
 
 from __future__ import annotations
@@ -31,12 +32,19 @@ import threading
 import time
 from pathlib import Path
 
+import faiss
 import numpy as np
 import typer
 
 app = typer.Typer(add_completion=False)
 
 NOISE_COSINE = 0.8  # a query's cosine to the KB row it was made from
+SWEEPS = {  # wider searches measured on the index built with the defaults
+    "hnsw": [("hnsw_ef_search", 512)],
+    "ivf": [("ivf_nprobe", 64), ("ivf_nprobe", 256)],
+    "ivfpq": [("ivf_nprobe", 64), ("ivf_nprobe", 256)],
+}
+SINGLE_BUDGET = 30.0  # seconds for the one-query-at-a-time and sieve timings (fewer queries where search is slow)
 SYLLABLES = ["ab", "ac", "al", "an", "ar", "ba", "be", "ca", "ce", "ci", "co", "da", "de", "di", "do", "el", "en", "er",
              "fa", "fi", "ga", "ge", "gi", "go", "ha", "he", "hi", "ia", "ic", "id", "il", "in", "is", "it", "ka", "la",
              "le", "li", "lo", "lu", "ma", "me", "mi", "mo", "mu", "na", "ne", "ni", "no", "nu", "ol", "om", "on", "or",
@@ -188,25 +196,82 @@ def child_index(kb_path: str, vectors: str, spec: str, queries: int, truth: str)
     start = time.perf_counter()
     _, ids = index.search(query_vectors, 20)  # what the sieve asks for (4 x top_k)
     batch = time.perf_counter() - start
-    single_n = min(100, queries)
-    start = time.perf_counter()
-    for q in range(single_n):
-        index.search(query_vectors[q : q + 1], 20)
+    start, single_n = time.perf_counter(), 0
+    while single_n < min(100, queries) and (single_n < 3 or time.perf_counter() - start < SINGLE_BUDGET):
+        index.search(query_vectors[single_n : single_n + 1], 20)
+        single_n += 1
     single = time.perf_counter() - start
-    keys = [f"query {q}" for q in range(queries)]  # not KB names: the given vectors are searched
+    sieve_n = min(queries, max(50, int(SINGLE_BUDGET * queries / batch)))  # a subset where search is slow
+    keys = [f"query {q}" for q in range(sieve_n)]  # not KB names: the given vectors are searched
     start = time.perf_counter()
-    searcher.search_keys(keys, vectors=query_vectors)
+    searcher.search_keys(keys, vectors=query_vectors[:sieve_n])
     sieve = time.perf_counter() - start
     top1 = ids[:, 0]
+    reference = np.load(truth) if index_type != "exact" and Path(truth).exists() else None
+    sweep = []
+    for setting, value in SWEEPS.get(index.index_type, ()):  # the same index searched wider: recall for speed
+        _set_search_breadth(index, setting, value)
+        start = time.perf_counter()
+        wider = index.search(query_vectors, 20)[1][:, 0]
+        row = {"setting": setting, "value": value, "qps_batch": queries / (time.perf_counter() - start)}
+        if reference is not None:
+            row["recall_at_1"] = float((reference == wider).mean())
+        sweep.append(row)
     result = {"index_type": index.index_type, "spec": spec, "rows": len(store), "build_s": build,
-              "qps_batch": queries / batch, "ms_single": 1000 * single / single_n, "qps_sieve": queries / sieve,
-              "index_bytes": index.nbytes(), **watch.stop()}  # fmt: skip
+              "qps_batch": queries / batch, "ms_single": 1000 * single / single_n, "qps_sieve": sieve_n / sieve,
+              "index_bytes": index.nbytes(), "sweep": sweep, **watch.stop()}  # fmt: skip
     if index_type == "exact":
         np.save(truth, top1)
         result["recall_at_1"] = 1.0
-    elif Path(truth).exists():
-        result["recall_at_1"] = float((np.load(truth) == top1).mean())
+    elif reference is not None:
+        result["recall_at_1"] = float((reference == top1).mean())
     return result
+
+
+def _set_search_breadth(index, setting: str, value: int) -> None:
+    """Set an index's nprobe (IVF) or efSearch (HNSW) after it is built."""
+    inner = index._index
+    if setting == "ivf_nprobe":
+        faiss.extract_index_ivf(inner).nprobe = value
+    else:
+        faiss.downcast_index(inner.index).hnsw.efSearch = value
+
+
+def real_vectors(pipeline: Path, dev: Path, specs: list[str]) -> list[dict]:
+    """Recall@1 against exact search on real vectors: a saved pipeline's ontology names searched with the gold
+    mentions of a dev DocBin (encoded by the pipeline's encoder), each index type built over the pipeline's store."""
+    import spacy
+    from spacy.tokens import DocBin
+
+    from spacy_conceptnorm.index import VectorIndex
+    from spacy_conceptnorm.kb import ONTOLOGY
+
+    nlp = spacy.load(pipeline)
+    searcher = nlp.get_pipe("concept_normalizer").searcher
+    docs = DocBin().from_disk(dev).get_docs(nlp.vocab)
+    texts = sorted({searcher.kb.normalizer(ent.text) for doc in docs for ent in doc.ents} - {""})
+    queries = searcher.query_vectors(texts)
+    rows = searcher._name_row[searcher.kb.name_ids(ONTOLOGY)]
+    results, reference = [], None
+    for spec in ["exact", *[s for s in specs if s.split("@")[0] != "exact"]]:
+        index_type, _, settings = spec.partition("@")
+        config = {k: int(v) for k, v in (s.split("=") for s in settings.split(",") if s)}
+        index = VectorIndex.on_store(searcher.vectors, index_type=index_type, **config)
+        start = time.perf_counter()
+        index.add(rows)
+        build = time.perf_counter() - start
+        start = time.perf_counter()
+        top1 = index.search(queries, 20)[1][:, 0]
+        row = {"spec": spec, "rows": len(rows), "queries": len(queries), "build_s": build,
+               "qps_batch": len(queries) / (time.perf_counter() - start)}  # fmt: skip
+        reference = top1 if reference is None else reference
+        row["recall_at_1"] = float((top1 == reference).mean())
+        for setting, value in SWEEPS.get(index.index_type, ()):
+            _set_search_breadth(index, setting, value)
+            wider = index.search(queries, 20)[1][:, 0]
+            row[f"recall_at_1_{setting}_{value}"] = float((wider == reference).mean())
+        results.append(row)
+    return results
 
 
 def run_child(args: list[str], limit: float) -> dict:
@@ -235,8 +300,21 @@ def main(
     types: str = typer.Option("exact,hnsw,ivf,ivfpq", help="index types, each optionally @setting=value,..."),
     workdir: Path = typer.Option(Path("/tmp/conceptnorm-scale"), help="generated files are kept here"),
     limit: float = typer.Option(3600.0, help="seconds each run may take"),
+    pipeline: Path = typer.Option(None, help="instead: real vectors, a saved pipeline's, queried with --dev mentions"),
+    dev: Path = typer.Option(Path("corpus/dev.spacy"), help="DocBin of gold mentions for --pipeline"),
     child: str = typer.Option("", hidden=True),
 ) -> None:
+    if pipeline is not None:
+        rows = real_vectors(pipeline, dev, types.split(","))
+        typer.echo(f"Real vectors: {pipeline} ({rows[0]['rows']:,} ontology names), {rows[0]['queries']} distinct "
+                   f"gold mentions of {dev}")  # fmt: skip
+        typer.echo("| index | build s | queries/s (batch) | recall@1 | wider search: recall@1 |\n|---|---|---|---|---|")
+        for row in rows:
+            wider = ", ".join(f"{k.removeprefix('recall_at_1_')}: {v:.3f}" for k, v in row.items() if k.startswith(
+                "recall_at_1_"))  # fmt: skip
+            typer.echo(f"| {row['spec']} | {row['build_s']:.1f} | {row['qps_batch']:.0f} | {row['recall_at_1']:.3f} "
+                       f"| {wider} |")  # fmt: skip
+        return
     if child:
         kind, *args = json.loads(child)
         children = {"kb": child_kb, "kb_load": child_kb_load, "index": child_index}
@@ -294,6 +372,10 @@ def main(
                        f"{_mb(row['peak_anon'])} | {_mb(row['peak_file'])} | {_mb(row['index_bytes'])} | "
                        f"{row['qps_batch']:.0f} | {row['ms_single']:.1f} | {row['qps_sieve']:.0f} "
                        f"| {recall} |")  # fmt: skip
+            for wider in row.get("sweep", []):
+                recall = f"{wider['recall_at_1']:.3f}" if "recall_at_1" in wider else "-"
+                typer.echo(f"| {spec}, {wider['setting']}={wider['value']} (same index) | | | | | | "
+                           f"{wider['qps_batch']:.0f} | | | {recall} |")  # fmt: skip
 
 
 if __name__ == "__main__":
