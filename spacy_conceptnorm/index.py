@@ -87,6 +87,10 @@ class VectorStore:
         self._offset = 0
         self._base_written = False  # a loaded row was written: the map holds it, the file does not
 
+    def __getstate__(self) -> dict:
+        """Pickled with its rows (a memory map pickles as an array), without the open file."""
+        return {**self.__dict__, "_file": None}
+
     @property
     def dtype(self) -> np.dtype:
         return self._base.dtype

@@ -3,6 +3,7 @@ vector store shared by the searcher and its indexes, memory-mapped loading, the 
 streamed MRCONSO loader, the lexical index switched off over its limit. Small data; the sizes themselves are
 measured by `python -m spacy_conceptnorm.benchmarks.scale`."""
 
+import pickle
 import tracemalloc
 import warnings
 
@@ -184,6 +185,7 @@ def test_a_saved_store_is_memory_mapped_copy_on_write(tmp_path, monkeypatch):
     other = VectorStore.load(tmp_path / "v.npy")
     (tmp_path / "v.npy").unlink()  # replaced by a save to the same directory: the file opened is still read
     assert np.array_equal(other[:50], store[:50])
+    assert np.array_equal(pickle.loads(pickle.dumps(other))[:50], store[:50])  # pickled with its rows
 
 
 # --- indexes on the store, and their type by size -------------------------------------------------------------------
