@@ -42,7 +42,7 @@ NOISE_COSINE = 0.8  # a query's cosine to the KB row it was made from
 SWEEPS = {  # wider searches measured on the index built with the defaults
     "hnsw": [("hnsw_ef_search", 512)],
     "ivf": [("ivf_nprobe", 64), ("ivf_nprobe", 256)],
-    "ivfpq": [("ivf_nprobe", 64), ("ivf_nprobe", 256)],
+    "ivfpq": [("ivf_nprobe", 16), ("ivf_nprobe", 256)],  # (64 by default)
 }
 SINGLE_BUDGET = 30.0  # seconds for the one-query-at-a-time and sieve timings (fewer queries where search is slow)
 SYLLABLES = ["ab", "ac", "al", "an", "ar", "ba", "be", "ca", "ce", "ci", "co", "da", "de", "di", "do", "el", "en", "er",
