@@ -41,7 +41,7 @@ from .util import atomic_open
 INDEX_TYPES = ("auto", "exact", "flat", "hnsw", "ivf", "ivfpq")
 QUERY_CHUNK = 512  # queries per matrix product in exact search: bounds the score matrix to 512 x BLOCK_ROWS
 BLOCK_ROWS = 16384  # store rows searched (converted to float32) at a time
-FILE_READ_ROWS = 1024  # runs of at least this many loaded rows are read from the file, not the memory map
+FILE_READ_BYTES = 256 * 2**20  # loaded vectors this large are read from their file, not through the memory map
 SMALL_BATCH = 32  # fewer queries than this multiply float16 rows as they are: converting them costs more
 ADD_CHUNK = 1 << 16  # vectors handed to FAISS at a time
 IVF_MAX_LISTS = 4096  # lists chosen for IVF indexes (`ivf_nlist = 0`) at most
@@ -130,24 +130,42 @@ class VectorStore:
         rows = np.where(rows < 0, rows + len(self), rows)
         if len(rows) and (rows.min() < 0 or rows.max() >= len(self)):
             raise IndexError(f"rows out of range for a store of {len(self)} rows")
-        if len(rows) >= FILE_READ_ROWS and rows[-1] < n and rows[-1] - rows[0] == len(rows) - 1:
-            if np.all(np.diff(rows) == 1):
-                return self._base_rows(int(rows[0]), int(rows[-1]) + 1)
         out = np.empty((len(rows), self.dim), dtype=self.dtype)
         base = rows < n
-        out[base] = self._base[rows[base]]
+        out[base] = self._base_take(rows[base])
         out[~base] = self._tail[rows[~base] - n]
         return out
 
     def _base_rows(self, start: int, stop: int) -> np.ndarray:
-        """Loaded rows start..stop: a long run is read from the file (pread), not through the memory map, so that
-        scanning the store (building an index, exact search) does not make the whole file resident in this
-        process; shorter runs, and any run once a loaded row was written, come from the map."""
-        if self._file is None or self._base_written or stop - start < FILE_READ_ROWS:
+        """Loaded rows start..stop (a view of the map, or read from the file: see `_base_take`)."""
+        if self._file is None or self._base_written:
             return self._base[start:stop]
+        return self._base_take(np.arange(start, stop))
+
+    def _base_take(self, rows: np.ndarray) -> np.ndarray:
+        """Loaded rows, read from the file (pread, a call per run of consecutive rows) when it is large, not
+        through the memory map: mapped pages of a file this size would stay resident in the process (the kernel
+        maps whole folios around each access), as anonymous memory does. Through the map for a small file, or
+        once a loaded row was written (the map holds it, the file does not)."""
+        if self._file is None or self._base_written:
+            return self._base[rows]
         row_bytes = self.dim * self.dtype.itemsize
-        data = os.pread(self._file.fileno(), (stop - start) * row_bytes, self._offset + start * row_bytes)
-        return np.frombuffer(data, dtype=self.dtype).reshape(stop - start, self.dim)
+        order = np.argsort(rows, kind="stable")
+        ordered = rows[order]
+        cuts = np.flatnonzero(np.diff(ordered) != 1) + 1
+        taken = np.empty((len(rows), self.dim), dtype=self.dtype)
+        view = memoryview(taken).cast("B")
+        for start, stop in zip(np.concatenate([[0], cuts]), np.concatenate([cuts, [len(rows)]])):
+            want = (stop - start) * row_bytes
+            got = os.preadv(self._file.fileno(), [view[start * row_bytes : stop * row_bytes]],
+                            self._offset + int(ordered[start]) * row_bytes)  # fmt: skip
+            if got != want:
+                raise ConceptNormError(Errors.E004.format(path=self._file.name, detail=f"{got} of {want} bytes read"))
+        if len(rows) > 1 and not (np.diff(rows) > 0).all():
+            out = np.empty_like(taken)
+            out[order] = taken
+            return out
+        return taken
 
     def __setitem__(self, rows: int | np.ndarray, values: np.ndarray) -> None:
         rows = np.atleast_1d(np.asarray(rows, dtype=np.int64))
@@ -248,7 +266,7 @@ class VectorStore:
             raise _checksum_error(path)
         store = cls(vectors.shape[1], vectors.dtype)
         store._base = vectors
-        if isinstance(vectors, np.memmap) and hasattr(os, "pread"):
+        if isinstance(vectors, np.memmap) and hasattr(os, "preadv") and vectors.nbytes >= FILE_READ_BYTES:
             store._file, store._offset = open(path, "rb"), vectors.offset  # this file, even once replaced
         return store
 

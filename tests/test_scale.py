@@ -163,7 +163,7 @@ def test_float16_rows_keep_their_cosine_and_others_stay_float32():
 
 
 def test_a_saved_store_is_memory_mapped_copy_on_write(tmp_path, monkeypatch):
-    monkeypatch.setattr(index_module, "FILE_READ_ROWS", 10)  # long runs of rows are read from the file
+    monkeypatch.setattr(index_module, "FILE_READ_BYTES", 0)  # rows are read from the file, not the map
     store = VectorStore(16)
     store.append(unit(100))
     crc = store.save(tmp_path / "v.npy")
@@ -172,6 +172,8 @@ def test_a_saved_store_is_memory_mapped_copy_on_write(tmp_path, monkeypatch):
     loaded = VectorStore.load(tmp_path / "v.npy", (100, 16), crc)
     assert isinstance(loaded._base, np.memmap) and np.array_equal(loaded[np.arange(100)], store[np.arange(100)])
     assert not isinstance(loaded.raw(slice(0, 50)), np.memmap) and np.array_equal(loaded[:50], store[:50])
+    rows = np.array([7, 3, 4, 5, 99, 3])  # any order, runs, repeats
+    assert np.array_equal(loaded[rows], store[rows]) and np.array_equal(loaded[[42]], store[[42]])
     loaded[3] = unit(1, seed=9)[0]
     loaded.append(unit(2, seed=8))
     assert (tmp_path / "v.npy").read_bytes() == before  # written rows stay in memory
