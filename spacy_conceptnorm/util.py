@@ -63,6 +63,18 @@ def read_lines(
         raise ConceptNormError(Errors.E004.format(path=path, detail=f"{type(e).__name__}: {e}")) from None
 
 
+def validation_problems(error: Exception) -> str:
+    """A pydantic ValidationError's problems on one line: `unknown key 'x'` or `key = value: message`."""
+    problems = []
+    for problem in error.errors():  # type: ignore[attr-defined]
+        key = ".".join(map(str, problem["loc"]))
+        if problem["type"] == "extra_forbidden":
+            problems.append(f"unknown key {key!r}")
+        else:
+            problems.append(f"{key} = {problem['input']!r}: {problem['msg'].removeprefix('Value error, ')}")
+    return "; ".join(problems)
+
+
 def current_umask() -> int:
     """The process umask, read when a file is written (not at import, so a later `os.umask` counts). Linux
     reports it in /proc/self/status; elsewhere it is set and put back, as there is no getter."""

@@ -14,6 +14,29 @@ from spacy_conceptnorm.kb import load_kb
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
+def save_tiny_bert(path: Path, layers: int = 1) -> Path:
+    """A random BERT of `layers` layers, 32 wide, with the packaged MiniLM tokenizer, saved in `path`: a real
+    transformers directory that loads, trains and exports in about a second."""
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    from spacy_conceptnorm.encoder import packaged_model_path
+
+    tokenizer = AutoTokenizer.from_pretrained(packaged_model_path())
+    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=layers,
+                        num_attention_heads=2, intermediate_size=64, max_position_embeddings=64)  # fmt: skip
+    torch.manual_seed(0)
+    BertModel(config).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def tiny_bert(tmp_path_factory) -> Path:
+    """`save_tiny_bert` with one layer, made once per test module."""
+    return save_tiny_bert(tmp_path_factory.mktemp("tiny-bert"))
+
+
 @pytest.fixture(scope="session")
 def fixtures() -> Path:
     return FIXTURES

@@ -11,9 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import spacy
-import torch
 
-from spacy_conceptnorm.encoder import NameEncoder, packaged_model_path
+from spacy_conceptnorm.encoder import NameEncoder
 from spacy_conceptnorm.errors import ConceptNormError
 from spacy_conceptnorm.kb import load_kb
 from spacy_conceptnorm.util import SKIP_CHECKSUMS
@@ -24,26 +23,12 @@ OURS = ("concept_normalizer", "composite_splitter", "abbreviation_resolver")
 
 
 @pytest.fixture(scope="module")
-def tiny_encoder(tmp_path_factory) -> Path:
-    from transformers import AutoTokenizer, BertConfig, BertModel
-
-    tokenizer = AutoTokenizer.from_pretrained(packaged_model_path())
-    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=64)  # fmt: skip
-    torch.manual_seed(0)
-    path = tmp_path_factory.mktemp("tiny-bert")
-    BertModel(config).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
-
-
-@pytest.fixture(scope="module")
-def saved(tmp_path_factory, tiny_encoder) -> Path:
+def saved(tmp_path_factory, tiny_bert) -> Path:
     path = tmp_path_factory.mktemp("faults") / "pipeline"
     nlp = spacy.blank("en")
     nlp.add_pipe("abbreviation_resolver")
     nlp.add_pipe("composite_splitter")
-    normalizer = nlp.add_pipe("concept_normalizer", config={"encoder": {"model": str(tiny_encoder)}})
+    normalizer = nlp.add_pipe("concept_normalizer", config={"encoder": {"model": str(tiny_bert)}})
     lines = (FIXTURES / "medic_sample.txt").read_text().splitlines()
     kb_file = path.parent / "medic.txt"  # a tenth of the sample: quick to encode
     kb_file.write_text("\n".join(line for i, line in enumerate(lines) if i % 10 == 0) + "\n")
@@ -147,10 +132,10 @@ def test_a_flipped_bit_in_a_concept_id_no_longer_loads_another_kb(saved, tmp_pat
             normalizer.from_disk(copy / "concept_normalizer")
 
 
-def test_a_corrupt_encoder_directory_names_the_file(tiny_encoder, tmp_path):
+def test_a_corrupt_encoder_directory_names_the_file(tiny_bert, tmp_path):
     for name in ("tokenizer.json", "model.safetensors", "config.json"):
         copy = tmp_path / name
-        shutil.copytree(tiny_encoder, copy)
+        shutil.copytree(tiny_bert, copy)
         corrupt(copy / name, "truncate")
         with pytest.raises(ConceptNormError, match=rf"\[E101\].*{name} is truncated or corrupt"):
             NameEncoder(str(copy)).encode(["liver disease"])

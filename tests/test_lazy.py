@@ -7,29 +7,13 @@ import threading
 
 import pytest
 import spacy
-import torch
 
-from spacy_conceptnorm.encoder import NameEncoder, packaged_model_path
+from spacy_conceptnorm.encoder import NameEncoder
 from spacy_conceptnorm.errors import ConceptNormError
 from spacy_conceptnorm.kb import Concept, KnowledgeBase
 
 KNOWN = ["hemochromatosis", "iron storage disorder", "liver disease"]
 UNSEEN = ["disorder of iron storage in the liver", "hepatic iron overload"]
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory):
-    """A 1-layer, 32-wide random BERT with the MiniLM tokenizer: a real transformers directory."""
-    from transformers import AutoTokenizer, BertConfig, BertModel
-
-    tokenizer = AutoTokenizer.from_pretrained(packaged_model_path())
-    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=64)  # fmt: skip
-    torch.manual_seed(0)
-    path = tmp_path_factory.mktemp("tiny-bert")
-    BertModel(config).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
 
 
 def small_kb() -> KnowledgeBase:
@@ -41,10 +25,10 @@ def small_kb() -> KnowledgeBase:
 
 
 @pytest.fixture(scope="module")
-def saved(tiny_model, tmp_path_factory):
+def saved(tiny_bert, tmp_path_factory):
     """A saved blank pipeline with a concept_normalizer (the tiny encoder, the sieve alone) over `small_kb`."""
     nlp = spacy.blank("en")
-    config = {"encoder": {"model": str(tiny_model)}, "ranker": None, "nil_threshold": 0.0}
+    config = {"encoder": {"model": str(tiny_bert)}, "ranker": None, "nil_threshold": 0.0}
     nlp.add_pipe("concept_normalizer", config=config).initialize(nlp=nlp, kb=small_kb())
     path = tmp_path_factory.mktemp("pipeline")
     nlp.to_disk(path)
@@ -85,7 +69,7 @@ def test_lazy_and_eager_encoders_link_alike(saved):
     assert links(lazy, mentions) == links(eager, mentions)
 
 
-def test_first_encodes_from_two_threads_load_the_weights_once(tiny_model, monkeypatch):
+def test_first_encodes_from_two_threads_load_the_weights_once(tiny_bert, monkeypatch):
     import transformers
 
     calls = []
@@ -97,7 +81,7 @@ def test_first_encodes_from_two_threads_load_the_weights_once(tiny_model, monkey
         return load(*args, **kwargs)
 
     monkeypatch.setattr(transformers.AutoModel, "from_pretrained", slow_load)
-    encoder = NameEncoder(str(tiny_model))
+    encoder = NameEncoder(str(tiny_bert))
     results = [None, None]
 
     def encode(i):

@@ -8,11 +8,12 @@ import sys
 import numpy as np
 import pytest
 import spacy
-import torch
 
-from spacy_conceptnorm.encoder import NameEncoder, packaged_model_path
+from spacy_conceptnorm.encoder import NameEncoder
 from spacy_conceptnorm.errors import ConceptNormError
 from spacy_conceptnorm.kb import load_kb
+
+from .conftest import save_tiny_bert
 
 pytest.importorskip("onnxruntime")
 pytest.importorskip("onnx")
@@ -30,17 +31,8 @@ def onnx_cache(tmp_path_factory, monkeypatch):
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory):
-    """A 2-layer, 32-wide random BERT with the MiniLM tokenizer: a real transformers directory, exported in a second."""
-    from transformers import AutoTokenizer, BertConfig, BertModel
-
-    tokenizer = AutoTokenizer.from_pretrained(packaged_model_path())
-    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=64)  # fmt: skip
-    torch.manual_seed(0)
-    path = tmp_path_factory.mktemp("tiny-bert")
-    BertModel(config).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
+    """Two layers: the export's graph then repeats a layer."""
+    return save_tiny_bert(tmp_path_factory.mktemp("tiny-bert"), layers=2)
 
 
 @pytest.fixture(scope="module")

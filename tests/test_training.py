@@ -18,7 +18,7 @@ from spacy.util import registry
 from typer.testing import CliRunner
 
 from spacy_conceptnorm.cli import app
-from spacy_conceptnorm.encoder import NameEncoder, packaged_model_path
+from spacy_conceptnorm.encoder import NameEncoder
 from spacy_conceptnorm.errors import ConceptNormError
 from spacy_conceptnorm.kb import Concept, KnowledgeBase, load_kb
 from spacy_conceptnorm.training.data import build_training_data, load_hierarchy, mention_pairs
@@ -77,29 +77,14 @@ def hierarchy_path(tmp_path_factory) -> Path:
     return path
 
 
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory) -> Path:
-    """A 1-layer, 32-wide random BERT with the MiniLM tokenizer: a real transformers directory, fast to train."""
-    from transformers import AutoTokenizer, BertConfig, BertModel
-
-    tokenizer = AutoTokenizer.from_pretrained(packaged_model_path())
-    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=64)  # fmt: skip
-    torch.manual_seed(0)
-    path = tmp_path_factory.mktemp("tiny-bert")
-    BertModel(config).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
-
-
 @pytest.fixture
-def overrides(tiny_kb_path, tiny_model, hierarchy_path) -> dict:
+def overrides(tiny_kb_path, tiny_bert, hierarchy_path) -> dict:
     return {
         "paths.kb": str(tiny_kb_path),
         "paths.train": str(FIXTURES / "ncbi_train_sample.txt"),
         "paths.dev": str(FIXTURES / "ncbi_test_sample.txt"),
         "paths.hierarchy": str(hierarchy_path),
-        "encoder.model": str(tiny_model),
+        "encoder.model": str(tiny_bert),
         "training.batch_size": 32,
         "training.micro_batch": 16,
         "training.learning_rate": 1e-3,

@@ -20,6 +20,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import ConceptNormError, Errors
+from ..util import validation_problems
 from .train import TrainConfig
 
 _STRICT = ConfigDict(extra="forbid", strict=True)
@@ -118,12 +119,5 @@ def _validate(schema: type[BaseModel], section: Any, name: str, where: str) -> B
     try:
         return schema.model_validate(section)
     except ValidationError as e:
-        problems = "; ".join(map(_problem, e.errors()))
+        problems = validation_problems(e)
         raise ConceptNormError(Errors.E701.format(detail=f"{where}: [{name}] {problems}")) from None
-
-
-def _problem(error: dict[str, Any]) -> str:
-    key = ".".join(map(str, error["loc"]))
-    if error["type"] == "extra_forbidden":
-        return f"unknown key {key!r}"
-    return f"{key} = {error['input']!r}: {error['msg']}"

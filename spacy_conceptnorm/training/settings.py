@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from ..errors import ConceptNormError, Errors
 from ..search import parse_strategy
+from ..util import validation_problems
 
 _STRICT = ConfigDict(extra="forbid", strict=True)
 
@@ -65,12 +66,5 @@ def read_settings(schema: type[Settings], section: dict[str, Any], name: str) ->
     try:
         return schema.model_validate(section)
     except ValidationError as e:
-        problems = "; ".join(map(_problem, e.errors()))
+        problems = validation_problems(e)
         raise ConceptNormError(Errors.E701.format(detail=f"[{name}] {problems}")) from None
-
-
-def _problem(error: dict[str, Any]) -> str:
-    key = ".".join(map(str, error["loc"]))
-    if error["type"] == "extra_forbidden":
-        return f"unknown key {key!r}"
-    return f"{key} = {error['input']!r}: {error['msg'].removeprefix('Value error, ')}"
