@@ -144,6 +144,12 @@ class SieveSearcher:
         """Row -> its normalized name, None for a free row (a view)."""
         return _RowNames(self)
 
+    @property
+    def row_name_ids(self) -> np.ndarray:
+        """Row -> the KB id of its normalized name (`kb.name_key`), -1 for a free row. Read only: it is the
+        searcher's own array. Name ids are never reused, so equal ids mean equal names."""
+        return self._row_name
+
     def _row_of(self, name: str) -> int:
         name_id = self.kb.key_id(name)
         return int(self._name_row[name_id]) if 0 <= name_id < len(self._name_row) else -1

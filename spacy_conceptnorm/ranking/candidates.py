@@ -73,7 +73,7 @@ class CandidateGenerator:
         self.searcher = searcher
         self.lexical_k = lexical_k
         self.lexical = lexical
-        self.indexed: list[str | None] | None = None  # the row names the lexical index holds
+        self.indexed: np.ndarray | None = None  # the KB name id of each row the lexical index holds (-1: free)
         self._concept_rows: dict[str, tuple[np.ndarray, np.ndarray]] | None = None
         self._row_concepts: list[list[str]] | None = None
         self.counts: dict[str, int] = {}  # concept id -> annotated training mentions (the ranker's prior)
@@ -81,20 +81,22 @@ class CandidateGenerator:
     def build(self) -> None:
         """Fit the lexical index on the searcher's names (rows aligned)."""
         self.lexical = LexicalIndex().fit(self.searcher.row_names)
-        self.indexed = list(self.searcher.row_names)
+        self.indexed = self.searcher.row_name_ids.copy()
         self.changed()
 
     def sync(self) -> None:
         """Follow the searcher's rows since the lexical index was built or synced (`add_synonyms` and
         `remove_synonyms`): new rows are added, rows that changed name (freed, or taken by a new name) replaced."""
-        names = self.searcher.row_names
+        # Rows compared by name id, not name: listing MEDIC's 74k row names twice took 0.64 s of every load.
+        names, ids = self.searcher.row_names, self.searcher.row_name_ids
         if self.indexed is None:  # loaded: the saved lexical index was in step with the saved rows
-            self.indexed = list(names[: len(self.lexical)])
-        changed = [i for i, (old, new) in enumerate(zip(self.indexed, names)) if old != new]
+            self.indexed = ids[: len(self.lexical)].copy()
+        common = min(len(self.indexed), len(ids))
+        changed = np.flatnonzero(self.indexed[:common] != ids[:common]).tolist()
         self.lexical.replace(changed, [names[i] for i in changed])
-        if len(names) > len(self.indexed):
+        if len(ids) > len(self.indexed):
             self.lexical.add(names[len(self.indexed) :])
-        self.indexed = list(names)
+        self.indexed = ids.copy()
         self.changed()
 
     def changed(self) -> None:
