@@ -33,7 +33,7 @@ def trigram_encoder() -> TrigramEncoder:
 
 @Language.component("test_contract_scispacy_abbreviations")
 def scispacy_abbreviations(doc: Doc) -> Doc:
-    """A stand-in for scispacy's AbbreviationDetector (not installable beside this package), with its attribute
+    """A stand-in for scispacy's AbbreviationDetector (for where scispacy is not installed), with its attribute
     contract: each occurrence of a defined short form is a Span whose `_.long_form` is the long form's Span."""
     Span.set_extension("long_form", default=None, force=True)
     for abbreviation in find_abbreviations(doc.text):
@@ -195,6 +195,22 @@ def test_long_form_may_be_a_span_as_scispacy_sets_it(nlp):
     ent = pipeline(doc).ents[0]
     assert isinstance(ent._.long_form, Span) and ent._.long_form.text == "Cancer of the ovary"
     assert ent.kb_id_ == "D010051" and ent._.kb_parts[0]["text"] == "Cancer of the ovary"
+
+
+def test_scispacys_own_abbreviation_detector_before_the_linker(nlp):
+    pytest.importorskip("scispacy.abbreviation", reason="scispacy not installed (.ci/run installs it --no-deps)")
+    pipeline = spacy.blank("en")
+    pipeline.add_pipe("abbreviation_detector")  # scispacy's
+    pipeline.add_pipe("concept_normalizer", source=nlp)
+    text = "Cancer of the ovary (COV) was studied in 40 women. Women with COV and their relatives were genotyped."
+    start = text.rindex("COV")
+    doc = pipeline.make_doc(text)
+    doc.ents = [doc.char_span(start, start + 3, label="Disease")]
+    doc = pipeline(doc)
+    assert [a._.long_form.text for a in doc._.abbreviations] == ["Cancer of the ovary"] * 2
+    ent = doc.ents[0]
+    assert ent.kb_id_ == "D010051" and ent._.kb_parts[0]["text"] == "Cancer of the ovary"
+    assert all(isinstance(c, str) and isinstance(s, float) for c, s in ent._.kb_ents)
 
 
 def test_the_three_components_take_the_same_first_arguments():
