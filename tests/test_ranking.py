@@ -182,6 +182,33 @@ def test_train_ranker_on_folds_then_link_and_save(train_docs, test_docs, kb, tmp
     assert reloaded.get_pipe("concept_normalizer").ranker.counts == normalizer.ranker.counts
 
 
+def test_train_ranker_keeps_reordering_only_when_dev_says_it_helps(train_docs, test_docs, kb, tmp_path):
+    nlp, normalizer = linker_pipeline(train_docs, kb)
+    report = train_ranker(nlp, train_docs, test_docs, folds=3, log=lambda _: None)
+    dev = report["dev"]
+    assert report["reorder"] is (dev["ranker_acc1"] > dev["sieve_acc1"]) is normalizer.ranker.reorder
+    ranker = normalizer.ranker
+    examples = ranking_examples(nlp, test_docs, folds=1, log=lambda _: None)
+    sets = [e.candidates for e in examples]
+    mentions, contexts = [e.mention for e in examples], [e.context for e in examples]
+    ranker.reorder = True
+    reordered = ranker.rerank(sets, mentions, contexts, 5)
+    ranker.reorder = False
+    kept = ranker.rerank(sets, mentions, contexts, 5)
+    # off: every set keeps the sieve's candidates and cosines; on: the sets off the fast path carry probabilities
+    assert [m.candidates for m in kept] == [s.sieve.candidates for s in sets]
+    assert any(m.candidates != s.sieve.candidates for m, s in zip(reordered, sets))
+    nlp.to_disk(tmp_path / "p")
+    reloaded = spacy.load(tmp_path / "p").get_pipe("concept_normalizer").ranker
+    assert reloaded.reorder is False and reloaded.is_fitted
+    data = ranker.weights_to_dict()
+    del data["reorder"]  # saved before the setting existed: the ranker reorders
+    ranker.weights_from_dict(data)
+    assert ranker.reorder is True
+    with pytest.raises(ConceptNormError, match="E004"):
+        ranker.weights_from_dict({**data, "reorder": "no"})
+
+
 def test_nil_is_decided_on_confidence(train_docs, kb):
     nlp, normalizer = linker_pipeline(train_docs, kb)
     doc = nlp.make_doc("A colorectal tumour.")
@@ -326,6 +353,7 @@ def test_pair_scorer_column_is_trained_saved_and_loaded(train_docs, test_docs, k
     report = train_ranker(nlp, train_docs, test_docs, folds=3, log=lambda _: None)
     assert list(report["fit"]["coef"]) == ["dense", "tfidf", "count_prior", "letters"]
     assert normalizer.ranker.scorers["letters"].factor == 2.0
+    normalizer.ranker.reorder = True  # whatever dev chose on this fixture: the scorer is asked only when reordering
     nlp.to_disk(tmp_path / "p")
     assert (tmp_path / "p" / "concept_normalizer" / "linker" / "scorers" / "letters" / "factor.txt").exists()
     loaded = spacy.load(tmp_path / "p").get_pipe("concept_normalizer")

@@ -67,6 +67,9 @@ class Ranker:
         self.lexical_k = lexical_k
         self.regularization = regularization
         self.weights: dict[str, np.ndarray] | None = None  # "mean", "scale", "coef" (per column), "intercept"
+        # Learned with the weights: False when the fitted model ranked dev mentions worse than the sieve
+        # (`train-ranker` decides), and the sieve's order and evidence are kept for every mention.
+        self.reorder = True
         self.counts: dict[str, int] = {}  # concept id -> annotated training mentions (the `count_prior` feature)
 
     @property
@@ -128,10 +131,11 @@ class Ranker:
         self, sets: Sequence[CandidateSet], mentions: Sequence[str], contexts: Sequence[str], top_k: int
     ) -> list[Match]:
         """The new Match of each candidate set: candidates ordered by probability, scores = probabilities.
-        Fast-path sets keep the sieve's order; their scores stay the sieve's cosines."""
+        Fast-path sets, and every set when `reorder` is off, keep the sieve's order; their scores stay the
+        sieve's cosines."""
         todo = [i for i, s in enumerate(sets) if len(s.concept_ids) and not (self.fast_path and s.exact)]
         out = [_evidence(s.sieve, s, None) for s in sets]
-        if todo and self.is_fitted:
+        if todo and self.is_fitted and self.reorder:
             mats = self.matrix([sets[i] for i in todo], [mentions[i] for i in todo], [contexts[i] for i in todo])
             for i, mat in zip(todo, mats):
                 s = sets[i]
@@ -159,12 +163,16 @@ class Ranker:
     def weights_to_dict(self) -> dict | None:
         if self.weights is None:
             return None
-        return {k: [float(x) for x in np.ravel(v)] for k, v in self.weights.items()}
+        return {**{k: [float(x) for x in np.ravel(v)] for k, v in self.weights.items()}, "reorder": self.reorder}
 
     def weights_from_dict(self, data: dict | None, path: str | Path = "ranker") -> None:
         if data is None:
             self.weights = None
+            self.reorder = True
             return
+        self.reorder = data.get("reorder", True) if isinstance(data, dict) else True  # saved before it existed: on
+        if not isinstance(self.reorder, bool):
+            raise ConceptNormError(Errors.E004.format(path=path, detail=f"ranker reorder: {self.reorder!r}"))
         try:
             weights = {k: np.asarray(data[k], dtype=np.float64) for k in ("mean", "scale", "coef", "intercept")}
         except (KeyError, TypeError, ValueError) as e:
