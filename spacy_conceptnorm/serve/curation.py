@@ -118,6 +118,10 @@ class Curation:
         self.decisions: dict[int, list[dict]] = {}
         self.active: list[dict] = []  # decisions in force, oldest first: the undo stack
         self._matches: dict[str, Match] = {}
+        # the rows' candidate lists per text, built from `_matches` (and emptied with it), and concept names
+        # (canonical names do not change here): 70% of a 50-row page's time on a 10,000-document output
+        self._candidate_rows: dict[str, list[dict]] = {}
+        self._concept_names: dict[str, str | None] = {}
         self._lists: OrderedDict[tuple, list[int]] = OrderedDict()
         self._order: tuple[int, list[int]] | None = None
         self._nil: tuple[tuple, list[dict]] | None = None
@@ -201,6 +205,7 @@ class Curation:
         """Re-link the mentions of one normalized text after its synonyms changed (back to the annotate output's
         links when no synonym of this session is left for it); returns their indices."""
         self._matches.clear()  # a synonym may change other texts' candidates too
+        self._candidate_rows.clear()
         self.link_version += 1
         if not any(self.kb.normalizer(e["text"]) == key for e in self.active if e["action"] == "synonym"):
             self.relinked.pop(key, None)
@@ -226,6 +231,11 @@ class Curation:
 
     # --- rows ---------------------------------------------------------------------------------------------------
     def concept_name(self, concept_id: str) -> str | None:
+        if concept_id not in self._concept_names:
+            self._concept_names[concept_id] = self._concept_name(concept_id)
+        return self._concept_names[concept_id]
+
+    def _concept_name(self, concept_id: str) -> str | None:
         names = []
         for part in concept_id.split("|"):
             cid = self.kb.resolve(part) if part and part != NIL else None
@@ -261,7 +271,13 @@ class Curation:
         }  # fmt: skip
 
     def _candidates(self, i: int) -> list[dict]:
-        match = self._matches.get(self.keys[i])
+        key = self.keys[i]
+        if key not in self._candidate_rows and key in self._matches:
+            self._candidate_rows[key] = self._candidate_list(key)
+        return self._candidate_rows.get(key, [])
+
+    def _candidate_list(self, key: str) -> list[dict]:
+        match = self._matches.get(key)
         if match is None:
             return []
         names = match.names + [None] * (len(match.candidates) - len(match.names))
