@@ -198,6 +198,13 @@ def test_train_ranker_keeps_reordering_only_when_dev_says_it_helps(train_docs, t
     # off: every set keeps the sieve's candidates and cosines; on: the sets off the fast path carry probabilities
     assert [m.candidates for m in kept] == [s.sieve.candidates for s in sets]
     assert any(m.candidates != s.sieve.candidates for m, s in zip(reordered, sets))
+    # and the linker then answers from the sieve alone, without building candidate sets
+    keys = [normalizer.kb.normalizer(m) for m in mentions]
+    normalizer.linker.candidate_sets = None  # would raise if called
+    linked = normalizer.linker.link(mentions)
+    del normalizer.linker.candidate_sets
+    sieve = normalizer.searcher.search_keys(keys)
+    assert [m.candidates for m in linked] == [sieve[k].candidates for k in keys]
     nlp.to_disk(tmp_path / "p")
     reloaded = spacy.load(tmp_path / "p").get_pipe("concept_normalizer").ranker
     assert reloaded.reorder is False and reloaded.is_fitted

@@ -2,8 +2,9 @@
 
     queries -> sieve (dense top-k) -> CandidateGenerator (+ lexical, features) -> Ranker -> Confidence
 
-Without a ranker (or before it is trained) the sieve's answer stands and its confidence is the top cosine until
-the confidence model is fitted.
+Without a ranker (before it is trained, or when `train-ranker` found that it ranks dev mentions worse than the
+sieve: `Ranker.reorder` off) the sieve's answer stands, with no candidate sets built, and its confidence is the
+top cosine until the confidence model is fitted.
 """
 
 from __future__ import annotations
@@ -52,7 +53,9 @@ class Linker:
     def _state(self) -> tuple:
         """What a cached answer depends on besides the names (whose changes clear the cache)."""
         s, r = self.searcher, self.ranker
-        ranker = None if r is None else (r.is_fitted, r.fast_path, id(r.weights), r.dense_k, r.lexical_k, r.model)
+        ranker = (
+            None if r is None else (r.is_fitted, r.reorder, r.fast_path, id(r.weights), r.dense_k, r.lexical_k, r.model)
+        )
         return (s.strategy, s.threshold, s.top_k, s.hidden, ranker)
 
     def candidate_sets(self, keys: Sequence[str]) -> list[CandidateSet]:
@@ -85,7 +88,7 @@ class Linker:
             self.cache_hits += len(answers)
         unique = [k for k in first if k not in answers]
         kb = self.searcher.kb
-        ranked = self.ranker is not None and self.ranker.is_fitted
+        ranked = self.ranker is not None and self.ranker.is_fitted and self.ranker.reorder
         # known names keep the sieve's answer when the ranker's fast path is on: no candidate sets for them
         sieve_only = [k for k in unique if not ranked or (self.ranker.fast_path and kb.concepts_for(k))]
         found = self.searcher.search_keys(sieve_only)
