@@ -19,6 +19,8 @@ from spacy_conceptnorm.errors import ConceptNormError
 from spacy_conceptnorm.ranking.cnn import CONFIG_FILE, WEIGHTS_FILE, CNNRanker, pick_negatives
 from spacy_conceptnorm.ranking.pair_scorer import RankingGroup, rerank_accuracy
 
+from .ranking_groups import medic_groups
+
 FIXTURES = Path(__file__).parent / "fixtures"
 SMALL = {"filters": 32, "kernel_sizes": [1, 2], "dim": 32, "batch_size": 16, "negatives": 4, "lr": 3e-3}
 
@@ -38,35 +40,6 @@ def one_thread():
     """One torch thread: on a busy machine, two threads spin and take many times longer."""
     with threads(1):
         yield
-
-
-def _words(text: str) -> set[str]:
-    return set(text.lower().replace(",", " ").split())
-
-
-def medic_groups(seed: int = 0, wrong: int = 7) -> list[RankingGroup]:
-    """Groups from the MEDIC sample: per concept, a synonym as the mention and the concept's name sharing the most
-    words with it as the right name; names of other concepts, preferably sharing a word, as the wrong ones (the
-    right name at a random position)."""
-    rng = random.Random(seed)
-    concepts = []
-    for line in (FIXTURES / "medic_sample.txt").read_text(encoding="utf8").splitlines():
-        names = [n.replace("&apos;", "'") for n in line.split("||", 1)[1].split("|")]
-        if len(names) >= 2:
-            concepts.append(names)
-    words = {n: _words(n) for names in concepts for n in names}
-    groups = []
-    for i, names in enumerate(concepts):
-        mention = names[1]
-        right = max((n for n in names if n != mention), key=lambda n: len(words[n] & words[mention]))
-        others = [n for j, c in enumerate(concepts) if j != i for n in c]
-        sharing = [n for n in others if words[mention] & words[n]]
-        chosen = rng.sample(sharing, min(wrong, len(sharing)))
-        chosen += rng.sample([n for n in others if n not in chosen], wrong - len(chosen))
-        position = rng.randrange(wrong + 1)
-        chosen.insert(position, right)
-        groups.append(RankingGroup(mention, chosen, [int(j == position) for j in range(wrong + 1)]))
-    return groups
 
 
 @pytest.fixture(scope="module")

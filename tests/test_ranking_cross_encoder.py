@@ -6,7 +6,6 @@ and names of other concepts, preferably sharing a word with the mention, as the 
 """
 
 import json
-import random
 import re
 from pathlib import Path
 
@@ -25,39 +24,11 @@ from spacy_conceptnorm.ranking.cross_encoder import (
 )
 from spacy_conceptnorm.ranking.pair_scorer import RankingGroup, rerank_accuracy
 
+from .ranking_groups import medic_groups
+
 FIXTURES = Path(__file__).parent / "fixtures"
 # a random model learns little without training its embeddings
 SMALL = {"batch_size": 4, "negatives": 4, "lr": 5e-3, "max_length": 48, "freeze_embeddings": False}
-
-
-def _words(text: str) -> set[str]:
-    return set(text.lower().replace(",", " ").split())
-
-
-def medic_groups(seed: int = 0, wrong: int = 7) -> list[RankingGroup]:
-    """Per MEDIC sample concept with two names or more: a synonym as the mention, the concept's name sharing the
-    most words with it as the right name, and names of other concepts, preferably sharing a word, as the wrong ones
-    (the right name at a random position)."""
-    rng = random.Random(seed)
-    concepts = []
-    for line in (FIXTURES / "medic_sample.txt").read_text(encoding="utf8").splitlines():
-        names = [n.replace("&apos;", "'") for n in line.split("||", 1)[1].split("|")]
-        if len(names) >= 2:
-            concepts.append(names)
-    words = {n: _words(n) for names in concepts for n in names}
-    groups = []
-    for i, names in enumerate(concepts):
-        mention = names[1]
-        right = max((n for n in names if n != mention), key=lambda n: len(words[n] & words[mention]))
-        others = [n for j, c in enumerate(concepts) if j != i for n in c]
-        sharing = [n for n in others if words[mention] & words[n]]
-        chosen = rng.sample(sharing, min(wrong, len(sharing)))
-        chosen += rng.sample([n for n in others if n not in chosen], wrong - len(chosen))
-        position = rng.randrange(wrong + 1)
-        chosen.insert(position, right)
-        context = f"Patients with [{mention}] were seen in clinic {i}."
-        groups.append(RankingGroup(mention, chosen, [int(j == position) for j in range(wrong + 1)], context))
-    return groups
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -93,7 +64,7 @@ def tiny_model(tmp_path_factory) -> str:
 
 @pytest.fixture(scope="module")
 def groups() -> list[RankingGroup]:
-    return medic_groups()
+    return medic_groups(context=True)
 
 
 @pytest.fixture(scope="module")
