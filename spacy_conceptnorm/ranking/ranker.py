@@ -170,16 +170,16 @@ class Ranker:
             self.weights = None
             self.reorder = True
             return
-        self.reorder = data.get("reorder", True) if isinstance(data, dict) else True  # saved before it existed: on
-        if not isinstance(self.reorder, bool):
-            raise ConceptNormError(Errors.E004.format(path=path, detail=f"ranker reorder: {self.reorder!r}"))
         try:
             weights = {k: np.asarray(data[k], dtype=np.float64) for k in ("mean", "scale", "coef", "intercept")}
         except (KeyError, TypeError, ValueError) as e:
             raise ConceptNormError(Errors.E004.format(path=path, detail=f"ranker weights: {e}")) from None
         if any(len(weights[k]) != len(self.columns) for k in ("mean", "scale", "coef")):
             raise ConceptNormError(Errors.E302.format(path=path, detail="the ranker's weights do not fit its columns"))
-        self.weights = weights
+        reorder = data.get("reorder", True)  # saved before it existed: on
+        if not isinstance(reorder, bool):
+            raise ConceptNormError(Errors.E004.format(path=path, detail=f"ranker reorder: {reorder!r}"))
+        self.weights, self.reorder = weights, reorder  # both or neither: a refused file changes nothing
 
 
 def _evidence(match: Match, cands: CandidateSet, probs: np.ndarray | None) -> Match:

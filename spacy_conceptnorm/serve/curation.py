@@ -273,13 +273,10 @@ class Curation:
     def _candidates(self, i: int) -> list[dict]:
         key = self.keys[i]
         if key not in self._candidate_rows and key in self._matches:
-            self._candidate_rows[key] = self._candidate_list(key)
+            self._candidate_rows[key] = self._candidate_list(self._matches[key])
         return self._candidate_rows.get(key, [])
 
-    def _candidate_list(self, key: str) -> list[dict]:
-        match = self._matches.get(key)
-        if match is None:
-            return []
+    def _candidate_list(self, match: Match) -> list[dict]:
         names = match.names + [None] * (len(match.candidates) - len(match.names))
         return [
             {"concept_id": cid, "name": self.concept_name(cid), "matched": self.kb.surface(n) if n else None,
