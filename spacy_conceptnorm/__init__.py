@@ -10,6 +10,7 @@ from .component import ConceptNormalizer, make_concept_normalizer
 from .encoder import NameEncoder
 from .index import VectorIndex
 from .kb import Concept, KnowledgeBase, load_kb
+from .pipeline_io import load, save
 from .search import ALL_STRATEGIES, Match, SieveSearcher, parse_strategy
 from .text.normalize import TextNormalizer
 
@@ -24,7 +25,9 @@ __all__ = [
     "TextNormalizer",
     "VectorIndex",
     "__version__",
+    "load",
     "load_kb",
     "make_concept_normalizer",
     "parse_strategy",
+    "save",
 ]

@@ -292,7 +292,7 @@ def assemble(
     from spacy.cli._util import parse_config_overrides, show_validation_error
     from spacy.util import get_sourced_components, load_config, load_model_from_config
 
-    from .util import write_dir_atomically
+    from .pipeline_io import save
 
     with show_validation_error(config, hint_fill=False):
         cfg = load_config(config, overrides=parse_config_overrides(ctx.args), interpolate=False)
@@ -300,7 +300,7 @@ def assemble(
     nlp._link_components()  # as spacy assemble: listeners are linked before initializing
     with nlp.select_pipes(disable=[*get_sourced_components(cfg.interpolate())]):
         nlp.initialize()
-    write_dir_atomically(output, nlp.to_disk)
+    save(nlp, output)
     typer.echo(f"{' -> '.join(nlp.pipe_names)} -> {output}")
 
 

@@ -160,6 +160,10 @@ class Errors(metaclass=ErrorsWithCodes):
         "An `annotate` worker process failed: {detail}. The documents finished before it are in {path}; "
         "run the command again to resume."
     )
+    E988 = (
+        "{path} is truncated or corrupt: spaCy could not load the pipeline {pipeline} ({detail}). Restore the file "
+        "or save the pipeline again."
+    )
     # annotate --engine ray (issue 14)
     E990 = "annotate --engine ray needs Ray Data: pip install 'spacy-conceptnorm[ray]' (or 'ray[data]')."
     E991 = (
@@ -198,6 +202,10 @@ class Warnings(metaclass=ErrorsWithCodes):
     )
     # reliability (issue 15)
     W980 = "composite_splitter: the entity {text!r} could not be split ({error}); it is linked whole."
+    W981 = (
+        "{path} predates the last save of {parts} (by nlp.to_disk): spaCy's files are not checked. Save the "
+        "pipeline with spacy_conceptnorm.save to check every file again."
+    )
     # annotate --engine ray (issue 14)
     W990 = "{path} was written with other settings ({changed}): its shards are done again."
     # curation server (serve command)

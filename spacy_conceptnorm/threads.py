@@ -9,8 +9,9 @@ at no measurable cost on an idle machine. The runtime reads the variable once, w
 it (if unset) when it is imported before torch: the command line (`python -m spacy_conceptnorm`, the
 `spacy-conceptnorm` script: annotate, train, evaluate, ...) and any program that imports `spacy_conceptnorm`
 before spaCy or torch. Where torch is already loaded (`import spacy` loads it) the variable cannot take effect:
-the encoder then runs on one thread while the machine is oversubscribed (`one_thread_if_oversubscribed`); export
-the variable yourself to keep both threads.
+the encoder then runs on one thread while the machine is oversubscribed (`one_thread_if_oversubscribed`), and a
+training run on one thread throughout when it starts on a busy machine (`training_threads`); export the variable
+yourself to keep both threads.
 
 CPU budget. torch and FAISS start one OpenMP thread per CPU in the process's affinity mask, but a container's CPU
 quota (cgroup `cpu.max`, or `cpu.cfs_quota_us` in cgroup v1) may allow far fewer: 32 threads on a 2-CPU quota
@@ -64,6 +65,53 @@ def one_thread_if_oversubscribed() -> Iterator[None]:
     torch.set_num_threads(1)
     try:
         yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def runnable_elsewhere(samples: int = 9, interval: float = 0.01) -> int:
+    """Threads of other processes runnable now: the median over `samples` readings of the kernel's count of
+    runnable threads (/proc/loadavg), less this one; 0 where /proc is absent. Unlike the load average, which
+    takes about a minute to rise, it sees a process that has just started."""
+    counts = []
+    for i in range(samples):
+        text = _read("/proc/loadavg")
+        try:
+            counts.append(int(text.split()[3].split("/")[0]) - 1)  # "0.52 0.61 0.70 3/412 1234": 3 runnable
+        except (AttributeError, IndexError, ValueError):
+            return 0
+        if i + 1 < samples:
+            time.sleep(interval)
+    return max(0, sorted(counts)[len(counts) // 2])
+
+
+@contextmanager
+def training_threads(chosen: int = 0) -> Iterator[int]:
+    """Run a training loop on one fixed number of torch threads, yielded, restored afterwards: `chosen` when > 0;
+    otherwise one when torch's threads spin (loaded before the package, no wait policy chosen) and the machine is
+    oversubscribed as the run starts (other processes' runnable threads plus torch's exceed the CPU budget, or the
+    load average does), else torch's count.
+
+    Decided once per run, not per step: gradients differ in their last bits between one and two threads (MiniLM,
+    fp32, measured here), so a run keeps one count throughout, and a resumed run passes its first count as
+    `chosen`. `python -m spacy_conceptnorm.benchmarks.contention --task train` measures it.
+    """
+    import torch
+
+    before = torch.get_num_threads()
+    budget = cpu_budget()
+    if chosen <= 0 and _spinning[0] and max(os.getloadavg()[0], runnable_elsewhere() + before) > budget:
+        chosen = 1
+        print(
+            f"Training on one thread: torch was loaded before spacy_conceptnorm (OpenMP's spinning waits) and the "
+            f"machine is busy (more runnable threads than its {budget} CPUs). Export OMP_WAIT_POLICY=PASSIVE or "
+            "import spacy_conceptnorm first to keep every thread.",
+            file=sys.stderr,
+        )
+    if chosen > 0:
+        torch.set_num_threads(chosen)
+    try:
+        yield torch.get_num_threads()
     finally:
         torch.set_num_threads(before)
 

@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import tempfile
+import uuid
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -216,20 +217,44 @@ def _listing_digest(files: dict[str, str]) -> str:
     return hashlib.sha256(json.dumps(files, sort_keys=True).encode("utf8")).hexdigest()
 
 
-def write_checksums(root: str | Path) -> None:
+def write_checksums(root: str | Path, own_lists: Iterable[str] = ()) -> None:
     """Record the sha256 of every file below `root` in `root/checksums.json` (dot-files, the leftovers of
-    interrupted writes, aside), with a checksum of the list itself."""
+    interrupted writes, aside), with a checksum of the list itself and a random id of this save. Of a top-level
+    directory in `own_lists`, which keeps its own list, only that list is recorded (its id tells whether the
+    directory was saved again since)."""
     root = Path(root)
+    own_lists = set(own_lists)
+
+    def listed(parts: tuple[str, ...]) -> bool:
+        if any(part.startswith(".") for part in parts):
+            return False
+        return parts[1:] == (CHECKSUMS,) if parts[0] in own_lists else parts[-1] != CHECKSUMS
+
     files = {
         p.relative_to(root).as_posix(): sha256(p)
         for p in sorted(root.rglob("*"))
-        if p.is_file() and p.name != CHECKSUMS and not any(part.startswith(".") for part in p.relative_to(root).parts)
+        if p.is_file() and listed(p.relative_to(root).parts)
     }
-    write_json(root / CHECKSUMS, {"algorithm": "sha256", "files": files, "listing": _listing_digest(files)})
+    listing = {"algorithm": "sha256", "files": files, "listing": _listing_digest(files), "save_id": uuid.uuid4().hex}
+    write_json(root / CHECKSUMS, listing)
 
 
 def checksums_skipped() -> bool:
     return os.environ.get(SKIP_CHECKSUMS, "").strip().lower() not in ("", "0", "false", "no")
+
+
+def read_checksums(root: str | Path) -> dict[str, str] | None:
+    """The files and digests recorded in `root/checksums.json`: None when there is no list (a directory saved
+    before checksums existed) or SPACY_CONCEPTNORM_SKIP_CHECKSUMS is set; E981 when the list fails its own check."""
+    root = Path(root)
+    manifest = root / CHECKSUMS
+    if checksums_skipped() or not manifest.exists():
+        return None
+    data = read_json(manifest)
+    files = data.get("files")
+    if not isinstance(files, dict) or data.get("listing") != _listing_digest(files):
+        raise ConceptNormError(Errors.E981.format(path=root, manifest=manifest, problem="corrupt (its own checksum)"))
+    return files
 
 
 def verify_checksums(root: str | Path, skip: Iterable[str] = ()) -> bool:
@@ -237,20 +262,16 @@ def verify_checksums(root: str | Path, skip: Iterable[str] = ()) -> bool:
     `skip`: ConceptNormError naming the first file that is missing or differs. Returns False when there is no
     checksum list (a directory saved before checksums existed) or SPACY_CONCEPTNORM_SKIP_CHECKSUMS is set."""
     root = Path(root)
-    manifest = root / CHECKSUMS
-    if checksums_skipped() or not manifest.exists():
+    files = read_checksums(root)
+    if files is None:
         return False
-    data = read_json(manifest)
-    files = data.get("files")
-    if not isinstance(files, dict) or data.get("listing") != _listing_digest(files):
-        raise ConceptNormError(Errors.E981.format(path=root, manifest=manifest, problem="corrupt (its own checksum)"))
     skip = set(skip)
     for name, digest in files.items():
         path = root / name
         if name.split("/")[0] in skip:
             continue
         if not path.is_file():
-            raise ConceptNormError(Errors.E984.format(path=path, manifest=manifest))
+            raise ConceptNormError(Errors.E984.format(path=path, manifest=root / CHECKSUMS))
         if sha256(path) != digest:
-            raise ConceptNormError(Errors.E980.format(path=path, manifest=manifest))
+            raise ConceptNormError(Errors.E980.format(path=path, manifest=root / CHECKSUMS))
     return True

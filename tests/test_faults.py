@@ -1,17 +1,23 @@
 """Issue 15, items 2 and 9: every file of a saved pipeline, truncated, flipped or deleted in turn, fails to load with
 the package's error naming that file; a flipped bit in the saved KB no longer loads a different KB silently.
+Our components' files are checked by `spacy.load`; every file, spaCy's included, by `spacy_conceptnorm.load` of a
+pipeline written by `spacy_conceptnorm.save`.
 
 The pipeline carries its encoder (a 1-layer random BERT with the MiniLM tokenizer, saved from a local directory),
 so its weights, tokenizer and config files are among the files checked."""
 
+import json
 import os
 import shutil
+import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
 import spacy
+from spacy.training import Example
 
+from spacy_conceptnorm import load, save
 from spacy_conceptnorm.encoder import NameEncoder
 from spacy_conceptnorm.errors import ConceptNormError
 from spacy_conceptnorm.kb import load_kb
@@ -152,3 +158,77 @@ def test_a_checksum_list_deleted_or_corrupt_is_refused(saved, tmp_path):
     os.remove(manifest)
     with pytest.raises(ConceptNormError, match=r"\[E981\].*missing"):
         spacy.load(copy)
+
+
+# --- the whole pipeline, spaCy's files included: spacy_conceptnorm.save / load -------------------------------------
+@pytest.fixture(scope="module")
+def whole(tmp_path_factory, saved) -> Path:
+    """`saved` with spaCy's `ner` added (its weights in ner/model), written by `spacy_conceptnorm.save`."""
+    nlp = spacy.load(saved)
+    ner = nlp.add_pipe("ner", first=True)
+    doc = nlp.make_doc("Familial breast cancer.")
+    ner.initialize(lambda: [Example.from_dict(doc, {"entities": [(9, 22, "Disease")]})], nlp=nlp)
+    path = tmp_path_factory.mktemp("whole") / "pipeline"
+    save(nlp, path)
+    return path
+
+
+def test_save_lists_spacys_files_and_each_components_own_list(whole):
+    listed = set(json.loads((whole / "checksums.json").read_text())["files"])
+    for name in ("config.cfg", "meta.json", "tokenizer", "vocab/strings.json", "ner/model", "ner/moves",
+                 "composite_splitter/names.json", "concept_normalizer/checksums.json"):  # fmt: skip
+        assert name in listed
+    assert not any(name.startswith("concept_normalizer/") for name in listed - {"concept_normalizer/checksums.json"})
+    nlp = load(whole)
+    assert nlp.pipe_names[0] == "ner" and "concept_normalizer" in nlp.pipe_names
+
+
+@pytest.mark.parametrize("how", ["truncate", "flip", "delete"])
+def test_every_file_of_a_saved_pipeline_corrupted_in_turn_is_named_by_load(whole, tmp_path, how):
+    copy = tmp_path / "pipeline"
+    shutil.copytree(whole, copy)
+    files = sorted(p for p in copy.rglob("*") if p.is_file())
+    assert len(files) > 20
+    for file in files:
+        original = file.read_bytes()
+        corrupt(file, how)
+        if file == copy / "checksums.json" and how == "delete":
+            load(copy)  # without its root list the pipeline is one saved by nlp.to_disk: it loads
+        else:
+            with pytest.raises(ConceptNormError) as e:
+                load(copy)
+            assert str(file) in str(e.value), (file, how, str(e.value))
+        file.write_bytes(original)
+
+
+@pytest.mark.parametrize(
+    "name,named",  # the file, or the part's directory where spaCy's reader is compiled (Cython: no frame to read)
+    [("tokenizer", "tokenizer"), ("vocab/strings.json", "vocab/strings.json"), ("ner/model", "ner"),
+     ("ner/cfg", "ner/cfg"), ("config.cfg", "config.cfg"), ("meta.json", "meta.json")],
+)  # fmt: skip
+def test_without_a_root_list_spacys_files_that_fail_to_load_are_named(whole, tmp_path, name, named):
+    copy = tmp_path / "pipeline"
+    shutil.copytree(whole, copy)
+    (copy / "checksums.json").unlink()  # as nlp.to_disk saves it
+    corrupt(copy / name, "truncate")
+    with pytest.raises(ConceptNormError, match=r"\[E988\]") as e:
+        load(copy)
+    assert f"{copy / named} is truncated or corrupt" in str(e.value)
+    with pytest.raises(Exception) as raw:  # what spacy.load itself says: no file named
+        spacy.load(copy)
+    assert not isinstance(raw.value, ConceptNormError)
+
+
+def test_a_pipeline_saved_again_by_to_disk_warns_that_its_root_list_is_stale(whole, tmp_path):
+    copy = tmp_path / "pipeline"
+    shutil.copytree(whole, copy)
+    nlp = load(copy)
+    nlp.get_pipe("ner").add_label("Chemical")  # spaCy's files change, and the root list no longer knows them
+    nlp.to_disk(copy)
+    with pytest.warns(UserWarning, match=r"W981.*concept_normalizer"):
+        reloaded = load(copy)
+    assert "Chemical" in reloaded.get_pipe("ner").labels
+    save(reloaded, copy)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        load(copy)

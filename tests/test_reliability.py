@@ -421,6 +421,43 @@ def test_spinning_threads_drop_to_one_only_while_the_machine_is_oversubscribed(m
         threads.passive_openmp_by_default()
 
 
+def test_a_training_run_on_spinning_threads_takes_one_thread_when_it_starts_on_a_busy_machine(monkeypatch):
+    import torch
+
+    from spacy_conceptnorm import threads
+
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        monkeypatch.setattr(threads, "cpu_budget", lambda: 2)
+        monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+        threads.passive_openmp_by_default()  # torch is loaded: its threads spin
+        # (1-minute load average, other processes' runnable threads now, count chosen) -> threads for the run
+        for load, elsewhere, chosen, inside in [(0.4, 0, 0, 2), (0.4, 1, 0, 1), (3.5, 0, 0, 1), (3.5, 1, 2, 2)]:
+            monkeypatch.setattr(threads.os, "getloadavg", lambda load=load: (load, load, load))
+            monkeypatch.setattr(threads, "runnable_elsewhere", lambda elsewhere=elsewhere: elsewhere)
+            with threads.training_threads(chosen) as count:
+                assert count == torch.get_num_threads() == inside
+            assert torch.get_num_threads() == 2  # restored
+        monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
+        threads.passive_openmp_by_default()  # a chosen policy: left alone even under load
+        with threads.training_threads() as count:
+            assert count == 2
+    finally:
+        torch.set_num_threads(before)
+        monkeypatch.undo()
+
+
+def test_runnable_elsewhere_reads_the_kernels_count_of_runnable_threads(monkeypatch):
+    from spacy_conceptnorm import threads
+
+    readings = iter(["0.1 0.2 0.3 1/90 7", "2.0 1.0 0.5 4/91 8", "2.0 1.0 0.5 3/91 8"])
+    monkeypatch.setattr(threads, "_read", lambda path: next(readings))
+    assert threads.runnable_elsewhere(samples=3, interval=0) == 2  # median of 0, 3, 2 (this thread not counted)
+    monkeypatch.setattr(threads, "_read", lambda path: None)  # no /proc
+    assert threads.runnable_elsewhere(samples=3, interval=0) == 0
+
+
 @pytest.mark.parametrize(
     "v2, v1_quota, expected",
     [

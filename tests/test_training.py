@@ -395,6 +395,22 @@ def test_train_writes_loadable_models_and_resume_continues_an_interrupted_run(tm
     assert all(torch.allclose(x, y, atol=1e-5) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
 
 
+def test_a_resumed_run_keeps_the_thread_count_it_started_with(tmp_path, overrides):
+    from spacy_conceptnorm.training.trainer import CHECKPOINT, STATE_FILE
+
+    out = tmp_path / "run"
+    train(CONFIG, out, {**overrides, "training.max_epochs": 1})  # on one thread (overrides)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:  # resumed with threads = 0 (torch's two): gradients differ across counts, so it keeps the first run's one
+        train(CONFIG, out, {**overrides, "training.threads": 0}, resume=True)
+        assert torch.get_num_threads() == 2  # restored after the run
+    finally:
+        torch.set_num_threads(before)
+    state = torch.load(out / CHECKPOINT / STATE_FILE, weights_only=True)
+    assert state["epoch"] == 2 and state["threads"] == 1
+
+
 def test_model_best_stays_the_starting_model_when_no_epoch_beats_it(tmp_path, overrides, monkeypatch):
     from spacy_conceptnorm.training import trainer
 

@@ -14,8 +14,9 @@ twice. When every shard is done, OUTPUT's previous content and the part files, i
 OUTPUT atomically, then OUTPUT.parts is removed. OUTPUT ends with the same records, in the same order, as the local
 engine writes.
 
-The pipeline is loaded by every actor with `spacy.load(model)`: on a cluster MODEL must be a path present on every
-node (or an installed package), and so must spacy_conceptnorm and any code the pipeline's config names. INPUT and
+The pipeline is loaded by every actor with `pipeline_io.load(model)` (`spacy.load`, every file checked): on a
+cluster MODEL must be a path present on every node (or an installed package), and so must spacy_conceptnorm and
+any code the pipeline's config names. INPUT and
 OUTPUT are only read and written by the driver.
 """
 
@@ -39,6 +40,7 @@ import spacy
 from tqdm import tqdm
 
 from ..errors import ConceptNormError, Errors, Warnings
+from ..pipeline_io import load
 from ..util import atomic_open, write_json
 from .resume import check_output, read_done_ids
 from .run import Summary, input_documents, resolve_formats, split_text
@@ -92,7 +94,7 @@ class ShardAnnotator:
     ) -> None:
         if use_gpu:
             spacy.prefer_gpu()
-        self.nlp = spacy.load(model)
+        self.nlp = load(model)
         if max_length:
             self.nlp.max_length = max_length
         self.write_record = WRITERS[output_format]

@@ -13,11 +13,11 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
-import spacy
 from spacy.language import Language
 from tqdm import tqdm
 
 from ..errors import ConceptNormError, Errors
+from ..pipeline_io import load
 from ..threads import workers_die_with_parent
 from .interrupt import stop_on_sigint
 from .readers import INPUT_FORMATS, READERS, detect_input_format
@@ -154,7 +154,7 @@ def annotate(
     input_format, output_format = resolve_formats(input_path, output_path, input_format, output_format)
     check_output(output_path)  # before the model loads (seconds to minutes)
     done = read_done_ids(output_path, output_format)
-    nlp = model if isinstance(model, Language) else spacy.load(model)
+    nlp = model if isinstance(model, Language) else load(model)
     if max_length:
         nlp.max_length = max_length
     limit = nlp.max_length

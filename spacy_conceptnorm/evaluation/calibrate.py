@@ -21,16 +21,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import spacy
 from spacy.language import Language
 from spacy.tokens import Doc
 
 from ..corpus import mention_spans, recognizers, strip_links
 from ..errors import ConceptNormError, Errors
 from ..kb import DOMAIN, SOURCE_BITS
+from ..pipeline_io import load, save
 from ..ranking.confidence import Confidence, expected_calibration_error, reliability
 from ..scoring import concept_pairs, gold_ids
-from ..util import write_dir_atomically
 from .gold import get_normalizer, link_gold_mentions, mention_accuracy, read_gold_docs
 from .nil import NIL_STRATEGIES, nil_figures
 from .recognition import tune_link_filter
@@ -55,15 +54,17 @@ def storable_threshold(value: float) -> float:
 
 
 def save_pipeline(nlp: Language, path: str | Path) -> None:
-    """`nlp.to_disk` into a temporary directory beside `path`, then swap it in."""
-    write_dir_atomically(path, nlp.to_disk)
+    """`nlp.to_disk` into a temporary directory beside `path`, then swap it in, every file checksummed
+    (`pipeline_io.save`)."""
+    save(nlp, path)
 
 
 def load_pipeline(model: str | Path) -> Language:
-    """`spacy.load` a pipeline directory; a missing one raises ConceptNormError naming it."""
+    """Load a pipeline directory (`pipeline_io.load`: every file checked); a missing one raises ConceptNormError
+    naming it."""
     if not Path(model).is_dir():
         raise ConceptNormError(Errors.E904.format(path=model))
-    nlp = spacy.load(model)
+    nlp = load(model)
     get_normalizer(nlp, str(model))
     return nlp
 

@@ -20,10 +20,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import spacy
 from spacy.language import Language
 
 from ..errors import ConceptNormError, Errors
+from ..pipeline_io import load
 from .curation import Curation, CurationError, Filters
 from .nil import NIL_METHODS
 from .store import Annotations, Mention, ReviewLog, apply_synonyms, read_annotations, read_synonyms, write_synonyms
@@ -63,7 +63,7 @@ def load_curation(
     if nil_method not in NIL_METHODS:
         raise ConceptNormError(Errors.E973.format(value=nil_method, choices=NIL_METHODS))
     default_reviews, default_synonyms = default_paths(annotations)
-    nlp = model if isinstance(model, Language) else spacy.load(model)
+    nlp = model if isinstance(model, Language) else load(model)
     return Curation(
         nlp,
         read_annotations(annotations, documents),

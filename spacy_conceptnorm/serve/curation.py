@@ -21,9 +21,9 @@ from spacy.language import Language
 from ..errors import Warnings
 from ..evaluation.gold import get_normalizer
 from ..kb import DOMAIN, SOURCE_BITS
+from ..pipeline_io import save
 from ..scoring import NIL
 from ..search import Match
-from ..util import write_dir_atomically
 from .nil import CachedEncoder, group_nil
 from .store import Annotations, Mention, ReviewLog, write_synonyms
 
@@ -493,7 +493,7 @@ class Curation:
         with self.lock:
             if self.save_dir is None:
                 raise CurationError(409, "No --save-model directory was given to the server.")
-            write_dir_atomically(self.save_dir, self.nlp.to_disk)
+            save(self.nlp, self.save_dir)
             return str(self.save_dir)
 
     def info(self) -> dict:

@@ -10,7 +10,9 @@ is a transformers model that `NameEncoder(path)` loads, with `training.cfg`, `en
 beside the weights.
 
 Speed on CPU: each batch is sorted by token length and encoded in micro-batches padded only to their own
-longest name; bf16 autocast where `NameEncoder.autocast_dtype()` allows; `threads` sets torch's threads.
+longest name; bf16 autocast where `NameEncoder.autocast_dtype()` allows; `threads` sets torch's threads (0:
+torch's, or one when spinning threads meet a busy machine, see `threads.training_threads`; a resumed run keeps
+its count).
 
 Dev protocol (`[training.dev]`): the dev mentions are searched with `strategy` (default D-T+OD-T, domain
 names from `domain`) as `benchmarks.ncbi` does. With `candidates = 0` every evaluation encodes the whole KB.
@@ -42,6 +44,7 @@ from ..errors import ConceptNormError, Errors
 from ..kb import DOMAIN, ONTOLOGY, Concept, KnowledgeBase
 from ..scoring import accuracy_at
 from ..search import SieveSearcher
+from ..threads import training_threads
 from ..util import recover_dir, write_dir_atomically, write_json
 from . import losses as _losses  # noqa: F401  (registers the losses)
 from .data import build_training_data, gold_mentions, mention_pairs
@@ -212,7 +215,7 @@ def save_checkpoint(path: Path, encoder: NameEncoder, optimizer, scheduler, stat
     def write(tmp: Path) -> None:
         encoder.save(tmp)
         optim = {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()}
-        torch.save({**state, **optim, "rng": _rng_state()}, tmp / STATE_FILE)
+        torch.save({**state, **optim, "rng": _rng_state(), "threads": torch.get_num_threads()}, tmp / STATE_FILE)
 
     write_dir_atomically(path, write)
 
@@ -251,15 +254,21 @@ def train(
     raw = config["training"]
     plain = {k: v for k, v in raw.items() if not isinstance(v, dict)}
     settings = read_settings(TrainingSettings, plain, "training")
+    saved = load_checkpoint_state(output / CHECKPOINT) if resume else None
+    # a resumed run keeps the thread count it started with: gradients differ in their last bits across counts
+    first = (saved or {}).get("threads")
+    with training_threads(settings.threads or (first if isinstance(first, int) else 0)):
+        return _train(config, output, settings, saved, started)
+
+
+def _train(config: Config, output: Path, settings: TrainingSettings, saved: dict | None, started: float) -> dict:
+    raw = config["training"]
     dev_settings = read_settings(DevSettings, dict(raw.get("dev") or {}), "training.dev")
-    if settings.threads > 0:
-        torch.set_num_threads(settings.threads)
     random.seed(settings.seed)
     np.random.seed(settings.seed)
     torch.manual_seed(settings.seed)
 
     checkpoint = output / CHECKPOINT
-    saved = load_checkpoint_state(checkpoint) if resume else None
     encoder: NameEncoder = _resolve(config["encoder"], "encoder")
     base_model = encoder.reference
     if saved is not None:
