@@ -562,7 +562,8 @@ class ConceptNormalizer(Pipe):
 
     def from_bytes(self, bytes_data: bytes, *, exclude: Iterable[str] = SimpleFrozenList()) -> "ConceptNormalizer":
         """Load what `to_bytes` wrote: the files are written to a temporary directory and loaded by `from_disk`,
-        with its checks; errors name the file as "<bytes>/name".
+        with its checks; errors name the file as "<bytes>/name". Bytes of the first format (one msgpack per part,
+        no checksum list) load too.
 
         bytes_data (bytes): The data.
         exclude (Iterable[str]): Parts not to read: the component keeps its own (see `_load`).
@@ -574,6 +575,7 @@ class ConceptNormalizer(Pipe):
             raise ConceptNormError(Errors.E004.format(path="concept_normalizer bytes", detail=repr(e))) from None
         if not isinstance(files, dict) or ("cfg" not in exclude and "cfg" not in files):
             raise ConceptNormError(Errors.E302.format(path="bytes", detail="no cfg (not a concept_normalizer)"))
+        files = _files_of_first_bytes(files) or files
         if not all(_is_packed_file(name, content) for name, content in files.items()):
             raise ConceptNormError(Errors.E004.format(path="concept_normalizer bytes", detail="not packed files"))
         with tempfile.TemporaryDirectory() as tmp:
@@ -670,6 +672,22 @@ def _check_index(index: Any) -> None:
     for key in set(index) - {"index_type"}:
         low = 0 if key == "ivf_nlist" else 1  # 0 lists: chosen from the number of names
         _check(_int_from(index[key], low), f"index.{key}", f"an integer >= {low}", index[key])
+
+
+def _files_of_first_bytes(parts: dict) -> dict[str, bytes] | None:
+    """The files of bytes in the first `to_bytes` format (747b0ee to 24a3765: {part: msgpack({path in the part, or
+    "." for a part that is one file: content})}, no checksum list) as {relative path: content}; None for bytes
+    in today's format, whose "cfg" is the JSON file itself."""
+    files: dict[str, bytes] = {}
+    for part, packed in parts.items():
+        try:
+            inner = srsly.msgpack_loads(packed) if isinstance(packed, bytes) else None
+        except Exception:  # JSON, safetensors, ...: a file of today's format
+            return None
+        if not isinstance(inner, dict) or not all(isinstance(c, bytes) for c in inner.values()):
+            return None  # e.g. the KB's own msgpack of today's format
+        files.update({part if name == "." else f"{part}/{name}": content for name, content in inner.items()})
+    return files
 
 
 def _is_packed_file(name: Any, content: Any) -> bool:
