@@ -142,6 +142,52 @@ def test_resume_skips_the_finished_shards(local_ray, pipeline_dir, tmp_path, mon
     assert (summary.written, summary.skipped, summary.shards) == (0, 30, 0)
 
 
+KILLED_DRIVER = """
+import sys
+import ray
+from spacy_conceptnorm.annotate import annotate_ray
+from tests import ray_encoder
+hook = {"worker_process_setup_hook": "tests.ray_encoder.register", "env_vars": {"PYTHONPATH": sys.argv[4]}}
+ray.init(num_cpus=2, include_dashboard=False, runtime_env=hook)
+annotate_ray(sys.argv[1], sys.argv[2], sys.argv[3], shard_size=3, concurrency=2, progress=False)
+"""
+
+
+@pytest.mark.slow
+def test_killed_by_sigkill_then_resumed_gives_the_records_of_an_uninterrupted_run(local_ray, pipeline_dir, tmp_path):
+    """A driver of its own Ray instance, killed with SIGKILL once two shards are listed; the same command then
+    resumes (on the test's Ray): the local engine's records, nothing lost, nothing twice."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    nlp = spacy.load(pipeline_dir)
+    nlp.add_pipe("test_annotate_ray_slow", first=True)  # 0.25 s a document: 14 shards of 3 take a while
+    nlp.to_disk(tmp_path / "slow")
+    source = write_input(tmp_path / "in.jsonl", 40)
+    with pytest.warns(UserWarning):
+        annotate(pipeline_dir, source, tmp_path / "local.jsonl", progress=False)
+    out, root = tmp_path / "out.jsonl", str(Path(__file__).parents[1])
+    args = [sys.executable, "-c", KILLED_DRIVER, str(tmp_path / "slow"), str(source), str(out), root]
+    driver = subprocess.Popen(args, cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    manifest, deadline = parts_dir(out) / "manifest.json", time.monotonic() + 240
+    try:
+        while not (manifest.exists() and len(json.loads(manifest.read_text("utf-8") or "{}").get("shards", {})) >= 2):
+            assert driver.poll() is None and time.monotonic() < deadline, "no two shards finished"
+            time.sleep(0.2)
+    finally:
+        os.kill(driver.pid, signal.SIGKILL)
+        driver.wait()
+    assert not out.exists() or out.read_bytes() == b""  # killed mid-run: the records reach OUTPUT at the end
+    with pytest.warns(UserWarning):  # the malformed line and the duplicate id, as in every run
+        summary = annotate_ray(tmp_path / "slow", source, out, shard_size=3, concurrency=2, progress=False)
+    assert summary.shards_done_before >= 2
+    assert out.read_bytes() == (tmp_path / "local.jsonl").read_bytes()
+    assert not parts_dir(out).exists()
+
+
 def test_manifest_with_other_settings_or_unreadable(tmp_path):
     parts = tmp_path / "out.jsonl.parts"
     settings = {"output_format": "jsonl", "include_text": False, "shard_size": 4}
