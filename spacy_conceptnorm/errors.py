@@ -161,8 +161,8 @@ class Errors(metaclass=ErrorsWithCodes):
         "run the command again to resume."
     )
     E988 = (
-        "{path} is truncated or corrupt: spaCy could not load the pipeline {pipeline} ({detail}). Restore the file "
-        "or save the pipeline again."
+        "spaCy could not load the pipeline {pipeline}: it failed reading {path} ({detail}). If that file is missing, "
+        "truncated or corrupt, restore it or save the pipeline again."
     )
     # annotate --engine ray (issue 14)
     E990 = "annotate --engine ray needs Ray Data: pip install 'spacy-conceptnorm[ray]' (or 'ray[data]')."

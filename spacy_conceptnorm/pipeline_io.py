@@ -19,6 +19,7 @@ saves pipelines through these two functions.
 
 from __future__ import annotations
 
+import os
 import warnings
 from pathlib import Path
 from types import TracebackType
@@ -105,7 +106,11 @@ def file_being_read(tb: TracebackType | None, root: Path) -> Path | None:
 
 
 def _inside(value: Any, root: Path) -> Path | None:
-    if not isinstance(value, (str, Path)) or (isinstance(value, str) and not 0 < len(value) < 4096):
+    """`value` as a resolved path strictly inside `root`, if it is a Path or an absolute path string."""
+    if isinstance(value, str):
+        if not 0 < len(value) < 4096 or not os.path.isabs(value):  # a relative string is no path of the pipeline
+            return None
+    elif not isinstance(value, Path):
         return None
     try:
         path = Path(value).resolve()

@@ -213,7 +213,7 @@ def test_without_a_root_list_spacys_files_that_fail_to_load_are_named(whole, tmp
     corrupt(copy / name, "truncate")
     with pytest.raises(ConceptNormError, match=r"\[E988\]") as e:
         load(copy)
-    assert f"{copy / named} is truncated or corrupt" in str(e.value)
+    assert f"it failed reading {copy / named} (" in str(e.value)
     with pytest.raises(Exception) as raw:  # what spacy.load itself says: no file named
         spacy.load(copy)
     assert not isinstance(raw.value, ConceptNormError)
