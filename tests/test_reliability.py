@@ -395,57 +395,55 @@ def test_an_exception_in_a_worker_ends_the_run_and_keeps_the_finished_records(ru
 
 
 # --- 8. the OpenMP wait policy under contention ------------------------------------------------------------------
-def test_spinning_threads_drop_to_one_only_while_the_machine_is_oversubscribed(monkeypatch):
+@pytest.fixture
+def spinning(monkeypatch):
+    """torch loaded before the package with no wait policy chosen (its threads spin), two torch threads, a CPU
+    budget of two; yields the `threads` module, and restores the thread count and the policy afterwards."""
     import torch
 
     from spacy_conceptnorm import threads
 
     before = torch.get_num_threads()
-    try:
-        torch.set_num_threads(2)
-        monkeypatch.setattr(threads, "cpu_budget", lambda: 2)
-        monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
-        threads.passive_openmp_by_default()  # torch is loaded: its threads spin
-        for load, inside in [(1.5, 2), (2.0, 2), (3.2, 1)]:
-            monkeypatch.setattr(threads.os, "getloadavg", lambda load=load: (load, load, load))
-            with threads.one_thread_if_oversubscribed():
-                assert torch.get_num_threads() == inside
-            assert torch.get_num_threads() == 2  # restored
-        monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
-        threads.passive_openmp_by_default()  # a chosen policy: left alone even under load
+    torch.set_num_threads(2)
+    monkeypatch.setattr(threads, "cpu_budget", lambda: 2)
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    threads.passive_openmp_by_default()  # torch is loaded: its threads spin
+    yield threads
+    torch.set_num_threads(before)
+    monkeypatch.undo()
+    threads.passive_openmp_by_default()
+
+
+def test_spinning_threads_drop_to_one_only_while_the_machine_is_oversubscribed(spinning, monkeypatch):
+    import torch
+
+    threads = spinning
+    for load, inside in [(1.5, 2), (2.0, 2), (3.2, 1)]:
+        monkeypatch.setattr(threads.os, "getloadavg", lambda load=load: (load, load, load))
         with threads.one_thread_if_oversubscribed():
-            assert torch.get_num_threads() == 2
-    finally:
-        torch.set_num_threads(before)
-        monkeypatch.undo()
-        threads.passive_openmp_by_default()
+            assert torch.get_num_threads() == inside
+        assert torch.get_num_threads() == 2  # restored
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
+    threads.passive_openmp_by_default()  # a chosen policy: left alone even under load
+    with threads.one_thread_if_oversubscribed():
+        assert torch.get_num_threads() == 2
 
 
-def test_a_training_run_on_spinning_threads_takes_one_thread_when_it_starts_on_a_busy_machine(monkeypatch):
+def test_a_training_run_on_spinning_threads_takes_one_thread_when_it_starts_on_a_busy_machine(spinning, monkeypatch):
     import torch
 
-    from spacy_conceptnorm import threads
-
-    before = torch.get_num_threads()
-    try:
-        torch.set_num_threads(2)
-        monkeypatch.setattr(threads, "cpu_budget", lambda: 2)
-        monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
-        threads.passive_openmp_by_default()  # torch is loaded: its threads spin
-        # (1-minute load average, other processes' runnable threads now, count chosen) -> threads for the run
-        for load, elsewhere, chosen, inside in [(0.4, 0, 0, 2), (0.4, 1, 0, 1), (3.5, 0, 0, 1), (3.5, 1, 2, 2)]:
-            monkeypatch.setattr(threads.os, "getloadavg", lambda load=load: (load, load, load))
-            monkeypatch.setattr(threads, "runnable_elsewhere", lambda elsewhere=elsewhere: elsewhere)
-            with threads.training_threads(chosen) as count:
-                assert count == torch.get_num_threads() == inside
-            assert torch.get_num_threads() == 2  # restored
-        monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
-        threads.passive_openmp_by_default()  # a chosen policy: left alone even under load
-        with threads.training_threads() as count:
-            assert count == 2
-    finally:
-        torch.set_num_threads(before)
-        monkeypatch.undo()
+    threads = spinning
+    # (1-minute load average, other processes' runnable threads now, count chosen) -> threads for the run
+    for load, elsewhere, chosen, inside in [(0.4, 0, 0, 2), (0.4, 1, 0, 1), (3.5, 0, 0, 1), (3.5, 1, 2, 2)]:
+        monkeypatch.setattr(threads.os, "getloadavg", lambda load=load: (load, load, load))
+        monkeypatch.setattr(threads, "runnable_elsewhere", lambda elsewhere=elsewhere: elsewhere)
+        with threads.training_threads(chosen) as count:
+            assert count == torch.get_num_threads() == inside
+        assert torch.get_num_threads() == 2  # restored
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
+    threads.passive_openmp_by_default()  # a chosen policy: left alone even under load
+    with threads.training_threads() as count:
+        assert count == 2
 
 
 def test_runnable_elsewhere_reads_the_kernels_count_of_runnable_threads(monkeypatch):
