@@ -259,14 +259,15 @@ def train_ranker(
     output: Path = typer.Option(None, "--output", "-o", help="Also write the training report here (JSON)"),
 ) -> None:
     """Train the concept_normalizer's second-stage ranker on the train mentions and save it into the pipeline."""
-    from .evaluation.calibrate import load_pipeline, save_pipeline
+    from .evaluation.calibrate import load_pipeline
     from .evaluation.gold import read_gold_docs
+    from .pipeline_io import save
     from .training.ranker import train_ranker as run
     from .util import write_json
 
     nlp = load_pipeline(model)
     report = run(nlp, read_gold_docs(nlp, train), read_gold_docs(nlp, dev) if dev else [], folds, seed, typer.echo)
-    save_pipeline(nlp, to or model)
+    save(nlp, to or model)
     if output is not None:
         write_json(output, report)
     for split in ("train", "dev"):

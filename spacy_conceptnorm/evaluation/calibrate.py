@@ -53,12 +53,6 @@ def storable_threshold(value: float) -> float:
     return stored if stored <= value - 1e-9 else stored - 1e-6
 
 
-def save_pipeline(nlp: Language, path: str | Path) -> None:
-    """`nlp.to_disk` into a temporary directory beside `path`, then swap it in, every file checksummed
-    (`pipeline_io.save`)."""
-    save(nlp, path)
-
-
 def load_pipeline(model: str | Path) -> Language:
     """Load a pipeline directory (`pipeline_io.load`: every file checked); a missing one raises ConceptNormError
     naming it."""
@@ -189,7 +183,7 @@ def calibrate(
     set_nil_threshold(nlp, threshold)
     with dev_mentions_hidden(nlp, dev_docs, train_docs):  # the NIL decision on: it counts end to end
         link_filter = tune_link_filter(nlp, dev_docs)
-    save_pipeline(nlp, output_model or model)
+    save(nlp, output_model or model)
     return {
         **figures,
         "strategy": strategy,
