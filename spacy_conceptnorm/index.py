@@ -252,6 +252,7 @@ class VectorStore:
                 major, _ = np.lib.format.read_magic(f)
                 read_header = np.lib.format.read_array_header_1_0 if major == 1 else np.lib.format.read_array_header_2_0
                 header_shape, _, dtype = read_header(f)
+                data_offset = f.tell()
             if np.prod(header_shape) == 0:  # nothing to map
                 vectors = np.zeros(header_shape, dtype=dtype)
             else:
@@ -262,7 +263,7 @@ class VectorStore:
             raise ConceptNormError(Errors.E004.format(path=path, detail=f"not a 2-d float array: {vectors.dtype}"))
         if shape is not None and tuple(vectors.shape) != tuple(shape):
             raise ConceptNormError(Errors.E302.format(path=path, detail=f"its shape is not {tuple(shape)}"))
-        if crc32 is not None and file_crc32(path, getattr(vectors, "offset", None)) != crc32:
+        if crc32 is not None and file_crc32(path, data_offset) != crc32:
             raise _checksum_error(path)
         store = cls(vectors.shape[1], vectors.dtype)
         store._base = vectors
@@ -285,16 +286,12 @@ def _checksum_error(path: Path) -> ConceptNormError:
     return ConceptNormError(Errors.E302.format(path=path.parent, detail=f"{path.name} does not match its checksum"))
 
 
-def file_crc32(path: str | Path, offset: int | None = None) -> int:
-    """crc32 of a file's bytes from `offset` (for a `.npy`: its data, after the header; None: read the header), read
-    a block at a time so that checking a large file does not hold it in memory."""
+def file_crc32(path: str | Path, offset: int = 0) -> int:
+    """crc32 of a file's bytes from `offset` (for a `.npy`: where its data start, after the header), read a block
+    at a time so that checking a large file does not hold it in memory."""
     crc = 0
     with open(path, "rb") as f:
-        if offset is None:
-            np.lib.format.read_magic(f)
-            np.lib.format.read_array_header_1_0(f)  # versions 2 and 3 differ only for very long headers
-        else:
-            f.seek(offset)
+        f.seek(offset)
         while chunk := f.read(1 << 22):
             crc = zlib.crc32(chunk, crc)
     return crc

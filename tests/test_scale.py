@@ -6,6 +6,7 @@ measured by `python -m spacy_conceptnorm.benchmarks.scale`."""
 import pickle
 import tracemalloc
 import warnings
+import zlib
 
 import numpy as np
 import pytest
@@ -188,6 +189,20 @@ def test_a_saved_store_is_memory_mapped_copy_on_write(tmp_path, monkeypatch):
     (tmp_path / "v.npy").unlink()  # replaced by a save to the same directory: the file opened is still read
     assert np.array_equal(other[:50], store[:50])
     assert np.array_equal(pickle.loads(pickle.dumps(other))[:50], store[:50])  # pickled with its rows
+
+
+@pytest.mark.parametrize("rows", [0, 5])
+def test_a_store_saved_with_a_version_2_header_is_checked_from_where_its_data_start(tmp_path, rows):
+    """`np.save` writes format 2.0 headers for very long ones; the crc32 covers the data after any header."""
+    values = unit(rows, 16).astype(np.float16) if rows else np.zeros((0, 16), dtype=np.float16)
+    with open(tmp_path / "v2.npy", "wb") as f:
+        np.lib.format.write_array(f, values, version=(2, 0))
+    data = values.tobytes()
+    assert (tmp_path / "v2.npy").read_bytes().endswith(data) and (tmp_path / "v2.npy").read_bytes()[6] == 2
+    loaded = VectorStore.load(tmp_path / "v2.npy", (rows, 16), zlib.crc32(data))
+    assert len(loaded) == rows and np.array_equal(loaded.raw(slice(0, rows)), values)
+    with pytest.raises(ConceptNormError, match="checksum"):
+        VectorStore.load(tmp_path / "v2.npy", (rows, 16), zlib.crc32(data + b"x"))
 
 
 # --- indexes on the store, and their type by size -------------------------------------------------------------------
