@@ -217,16 +217,16 @@ def _listing_digest(files: dict[str, str]) -> str:
     return hashlib.sha256(json.dumps(files, sort_keys=True).encode("utf8")).hexdigest()
 
 
-def write_checksums(root: str | Path, own_lists: Iterable[str] = ()) -> None:
+def write_checksums(root: str | Path, own_lists: Iterable[str] = (), leave_out: Iterable[str] = ()) -> None:
     """Record the sha256 of every file below `root` in `root/checksums.json` (dot-files, the leftovers of
-    interrupted writes, aside), with a checksum of the list itself and a random id of this save. Of a top-level
-    directory in `own_lists`, which keeps its own list, only that list is recorded (its id tells whether the
-    directory was saved again since)."""
+    interrupted writes, and the top-level names in `leave_out` aside), with a checksum of the list itself and a
+    random id of this save. Of a top-level directory in `own_lists`, which keeps its own list, only that list is
+    recorded (its id tells whether the directory was saved again since)."""
     root = Path(root)
-    own_lists = set(own_lists)
+    own_lists, leave_out = set(own_lists), set(leave_out)
 
     def listed(parts: tuple[str, ...]) -> bool:
-        if any(part.startswith(".") for part in parts):
+        if parts[0] in leave_out or any(part.startswith(".") for part in parts):
             return False
         return parts[1:] == (CHECKSUMS,) if parts[0] in own_lists else parts[-1] != CHECKSUMS
 

@@ -9,6 +9,7 @@ so its weights, tokenizer and config files are among the files checked."""
 import json
 import os
 import shutil
+import sys
 import warnings
 from pathlib import Path
 
@@ -175,10 +176,11 @@ def whole(tmp_path_factory, saved) -> Path:
 
 def test_save_lists_spacys_files_and_each_components_own_list(whole):
     listed = set(json.loads((whole / "checksums.json").read_text())["files"])
-    for name in ("config.cfg", "meta.json", "tokenizer", "vocab/strings.json", "ner/model", "ner/moves",
+    for name in ("config.cfg", "tokenizer", "vocab/strings.json", "ner/model", "ner/moves",
                  "composite_splitter/names.json", "concept_normalizer/checksums.json"):  # fmt: skip
         assert name in listed
     assert not any(name.startswith("concept_normalizer/") for name in listed - {"concept_normalizer/checksums.json"})
+    assert "meta.json" not in listed  # `spacy package` rewrites it
     nlp = load(whole)
     assert nlp.pipe_names[0] == "ner" and "concept_normalizer" in nlp.pipe_names
 
@@ -194,6 +196,8 @@ def test_every_file_of_a_saved_pipeline_corrupted_in_turn_is_named_by_load(whole
         corrupt(file, how)
         if file == copy / "checksums.json" and how == "delete":
             load(copy)  # without its root list the pipeline is one saved by nlp.to_disk: it loads
+        elif file == copy / "meta.json" and how == "flip":
+            pass  # not listed (spacy package rewrites it): a flip that still parses loads; a broken one is named
         else:
             with pytest.raises(ConceptNormError) as e:
                 load(copy)
@@ -232,3 +236,31 @@ def test_a_pipeline_saved_again_by_to_disk_warns_that_its_root_list_is_stale(who
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         load(copy)
+
+
+def test_an_installed_pipeline_package_is_checked_in_its_data_directory(whole, tmp_path, monkeypatch):
+    """A package laid out as `spacy package` makes it (its data directory a copy of the pipeline, whose meta.json
+    the packaging rewrites), installed on sys.path with its distribution metadata."""
+    name, version = "en_cn_faults_test", "0.1.0"
+    package = tmp_path / "site" / name
+    data = package / f"{name}-{version}"
+    shutil.copytree(whole, data)
+    meta = {**json.loads((whole / "meta.json").read_text()), "name": "cn_faults_test", "version": version}
+    for where in (package, data):  # spacy package writes both
+        (where / "meta.json").write_text(json.dumps(meta))
+    (package / "__init__.py").write_text(
+        "from spacy.util import load_model_from_init_py\n\n\ndef load(**overrides):\n"
+        "    return load_model_from_init_py(__file__, **overrides)\n"
+    )
+    info = tmp_path / "site" / f"{name}-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    try:
+        assert "concept_normalizer" in load(name).pipe_names  # the rewritten meta.json is no damage
+        corrupt(data / "vocab" / "strings.json", "flip")
+        with pytest.raises(ConceptNormError, match=r"\[E980\]") as e:
+            load(name)
+        assert str(data / "vocab" / "strings.json") in str(e.value)
+    finally:
+        sys.modules.pop(name, None)
