@@ -29,7 +29,7 @@ import spacy
 from spacy.language import Language
 
 from .errors import ConceptNormError, Errors, Warnings
-from .util import CHECKSUMS, read_checksums, sha256, verify_checksums, write_checksums, write_dir_atomically
+from .util import CHECKSUMS, check_files, read_checksums, sha256, write_checksums, write_dir_atomically
 
 REWRITTEN = "meta.json"  # not listed: `spacy package` rewrites it (name, version, requirements); config.cfg rules
 
@@ -108,7 +108,8 @@ def verify_pipeline(path: Path) -> bool:
     if resaved:
         warnings.warn(Warnings.W981.format(path=path / CHECKSUMS, parts=", ".join(resaved)), stacklevel=3)
         return False
-    return verify_checksums(path, skip=[*parts, REWRITTEN])
+    check_files(path, files, skip=[*parts, REWRITTEN])
+    return True
 
 
 def file_being_read(tb: TracebackType | None, root: Path) -> Path | None:

@@ -265,6 +265,13 @@ def verify_checksums(root: str | Path, skip: Iterable[str] = ()) -> bool:
     files = read_checksums(root)
     if files is None:
         return False
+    check_files(root, files, skip)
+    return True
+
+
+def check_files(root: Path, files: dict[str, str], skip: Iterable[str] = ()) -> None:
+    """Check the files of a list `read_checksums(root)` gave, except those under the top-level names in `skip`:
+    ConceptNormError naming the first file that is missing or differs."""
     skip = set(skip)
     for name, digest in files.items():
         path = root / name
@@ -274,4 +281,3 @@ def verify_checksums(root: str | Path, skip: Iterable[str] = ()) -> bool:
             raise ConceptNormError(Errors.E984.format(path=path, manifest=root / CHECKSUMS))
         if sha256(path) != digest:
             raise ConceptNormError(Errors.E980.format(path=path, manifest=root / CHECKSUMS))
-    return True
