@@ -523,7 +523,7 @@ class ConceptNormalizer(Pipe):
             linker.build()
             return linker
         models = read_json(path / "models.json")
-        linker.confidence.from_dict(models.get("confidence") or {})
+        linker.confidence.from_dict(models.get("confidence") or {}, path / "models.json")
         if linker.ranker is not None:
             linker.ranker.weights_from_dict(models.get("ranker"), path / "models.json")
             linker.ranker.counts = linker.generator.counts = {

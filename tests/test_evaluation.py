@@ -22,6 +22,7 @@ from spacy_conceptnorm.evaluation.nil import NilCase, holding_out, nil_accuracy,
 from spacy_conceptnorm.evaluation.report import headline as headline_of
 from spacy_conceptnorm.evaluation.report import markdown, write_report
 from spacy_conceptnorm.kb import DOMAIN, Concept, KnowledgeBase, load_kb
+from spacy_conceptnorm.ranking.linker import Linker
 from spacy_conceptnorm.search import ALL_STRATEGIES, SieveSearcher
 
 from .fake_encoder import TrigramEncoder
@@ -133,6 +134,13 @@ def test_holding_out_hides_a_concept_before_the_sieve_decides():
     assert [m.stage for m in held] == ["OD-T", "OD-T"]
     assert all("D015179" not in [c for c, _ in m.candidates] and len(m.candidates) == 2 for m in held)
     assert searcher.search(["CRC"])[0].candidates == before.candidates and searcher.top_k == 2
+    # nor is a held-out concept's name a known name in the link's evidence: a real out-of-KB mention is none
+    linker = Linker(searcher)
+    assert linker.link(["Colorectal Cancer"])[0].evidence["exact"] == 1.0
+    with holding_out(searcher, {"D015179"}):
+        evidence = linker.link(["Colorectal Cancer"])[0].evidence
+    assert evidence["exact"] == 0.0 and evidence["mention_left"] == 0.5  # "colorectal" is not in "Cancer"
+    assert linker.link(["Colorectal Cancer"])[0].evidence["exact"] == 1.0
 
 
 def test_gold_mentions_refined_set_and_end_to_end_by_hand(nlp):

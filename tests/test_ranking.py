@@ -14,7 +14,13 @@ from spacy_conceptnorm.consistency import initials, make_consistent
 from spacy_conceptnorm.errors import ConceptNormError
 from spacy_conceptnorm.kb import load_kb
 from spacy_conceptnorm.ranking.candidates import FEATURES, CandidateGenerator
-from spacy_conceptnorm.ranking.confidence import Confidence, expected_calibration_error, reliability
+from spacy_conceptnorm.ranking.confidence import (
+    FIRST_EVIDENCE,
+    Confidence,
+    expected_calibration_error,
+    reliability,
+    word_overlap,
+)
 from spacy_conceptnorm.ranking.lexical import LexicalIndex, row_top, row_values
 from spacy_conceptnorm.ranking.pair_scorer import FitReport, PairScorer
 from spacy_conceptnorm.ranking.ranker import Ranker, fit_conditional_logit
@@ -108,6 +114,36 @@ def test_confidence_model_orders_evidence_and_needs_both_outcomes():
     assert np.allclose(restored(evidence), conf(evidence))
     with pytest.raises(ConceptNormError, match="right and wrong"):
         Confidence().fit(evidence[:5], [True] * 5)
+
+
+def test_word_overlap_of_mention_and_answering_name():
+    # {hereditary, ovarian, cancer} against {ovarian, neoplasms}: one shared word of four
+    assert word_overlap("hereditary ovarian cancer", "Ovarian Neoplasms") == pytest.approx(
+        {"jaccard": 1 / 4, "mention_left": 2 / 3, "name_left": 1 / 2}
+    )
+    assert word_overlap("Breast Cancer", "breast cancer") == {"jaccard": 1.0, "mention_left": 0.0, "name_left": 0.0}
+    assert word_overlap("", "") == {"jaccard": 0.0, "mention_left": 0.0, "name_left": 0.0}
+
+
+def test_confidence_weights_out_of_kb_links_and_reads_older_models(tmp_path):
+    rng = np.random.default_rng(2)
+    right = [{"score": float(s), "jaccard": 1.0} for s in rng.uniform(0.8, 1.0, 200)]
+    # links of missing concepts: as close by cosine, but the answering name shares half the words
+    out = [{"score": float(s), "jaccard": 0.5, "mention_left": 0.5} for s in rng.uniform(0.8, 1.0, 200)]
+    wrong = [{"score": float(s), "jaccard": 1.0} for s in rng.uniform(0.5, 0.8, 50)]
+    light = Confidence().fit(right + wrong + out, [True] * 200 + [False] * 250, [1.0] * 250 + [0.01] * 200)
+    heavy = Confidence().fit(right + wrong + out, [True] * 200 + [False] * 250, [1.0] * 250 + [1.0] * 200)
+    probe = {"score": 0.9, "jaccard": 0.5, "mention_left": 0.5}
+    assert heavy([probe])[0] < light([probe])[0]
+    assert heavy([probe])[0] < 0.5 < heavy([{"score": 0.9, "jaccard": 1.0}])[0]
+    # a model saved before the word overlap: five weights, no column list
+    old = Confidence().from_dict({"coef": [10.0, 0, 0, 0, 0], "intercept": -9.0})
+    assert old.columns == FIRST_EVIDENCE
+    assert old([{"score": 1.0, "jaccard": 0.0}])[0] == pytest.approx(1 / (1 + np.exp(-1.0)))
+    with pytest.raises(ConceptNormError, match=r"models\.json.*3 weights"):
+        Confidence().from_dict({"coef": [1.0, 2.0, 3.0], "intercept": 0.0}, tmp_path / "models.json")
+    with pytest.raises(ConceptNormError, match="confidence model"):
+        Confidence().from_dict({"coef": [1.0] * 5, "intercept": "high"})
 
 
 @pytest.fixture

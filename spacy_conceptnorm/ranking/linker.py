@@ -90,9 +90,11 @@ class Linker:
         kb = self.searcher.kb
         ranked = self.ranker is not None and self.ranker.is_fitted and self.ranker.reorder
         # known names keep the sieve's answer when the ranker's fast path is on: no candidate sets for them
-        sieve_only = [k for k in unique if not ranked or (self.ranker.fast_path and kb.concepts_for(k))]
+        hidden = self.searcher.hidden  # a held-out concept's names are no known names (NIL calibration)
+        known = {k for k in unique if any(c not in hidden for c in kb.concepts_for(k))}
+        sieve_only = [k for k in unique if not ranked or (self.ranker.fast_path and k in known)]
         found = self.searcher.search_keys(sieve_only)
-        answers.update((k, sieve_evidence(found[k], bool(kb.concepts_for(k)))) for k in sieve_only)
+        answers.update((k, sieve_evidence(found[k], k, k in known)) for k in sieve_only)
         rest = [k for k in unique if k not in answers]
         if rest:
             sets = self.candidate_sets(rest)

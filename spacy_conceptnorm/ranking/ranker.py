@@ -23,6 +23,7 @@ from spacy.util import registry
 from ..errors import ConceptNormError, Errors
 from ..search import Match
 from .candidates import FEATURES, CandidateSet
+from .confidence import word_overlap
 from .pair_scorer import PairScorer
 
 # column sets: "hybrid" is BioSyn's dense + weighted sparse score; "hybrid_prior" adds how often annotators chose
@@ -186,20 +187,21 @@ def _evidence(match: Match, cands: CandidateSet, probs: np.ndarray | None) -> Ma
     """Attach the evidence the confidence model reads (see `sieve_evidence`); a re-ranked match's scores are
     its probabilities, and its dense value is the top candidate's cosine."""
     if probs is None:
-        return sieve_evidence(match, cands.exact)
+        return sieve_evidence(match, cands.key, cands.exact)
     top = match.candidates[0][0] if match.candidates else None
     dense = float(cands.features[cands.concept_ids.index(top), FEATURES.index("dense")]) if top else 0.0
-    return _with_evidence(match, list(map(float, probs)), dense, cands.exact)
+    return _with_evidence(match, cands.key, list(map(float, probs)), dense, cands.exact)
 
 
-def sieve_evidence(match: Match, exact: bool) -> Match:
-    """The evidence of a sieve answer: its top cosine, the margin to the runner-up, whether the mention is a
-    known name, whether the domain stage answered."""
+def sieve_evidence(match: Match, key: str, exact: bool) -> Match:
+    """The evidence of a sieve answer for the normalized mention `key`: its top cosine, the margin to the
+    runner-up, whether the mention is a known name (of a searchable concept), whether the domain stage answered,
+    and the word overlap of the mention and the answering name."""
     scores = [s for _, s in match.candidates]
-    return _with_evidence(match, scores, scores[0] if scores else 0.0, exact)
+    return _with_evidence(match, key, scores, scores[0] if scores else 0.0, exact)
 
 
-def _with_evidence(match: Match, scores: list[float], dense: float, exact: bool) -> Match:
+def _with_evidence(match: Match, key: str, scores: list[float], dense: float, exact: bool) -> Match:
     if scores:
         match.evidence = {
             "score": scores[0],
@@ -207,6 +209,7 @@ def _with_evidence(match: Match, scores: list[float], dense: float, exact: bool)
             "dense": dense,
             "exact": float(exact),
             "domain_stage": float(match.stage is not None and match.stage.startswith("D-")),
+            **word_overlap(key, match.names[0] if match.names else ""),
         }
     return match
 
