@@ -269,23 +269,45 @@ def test_initials():
     assert initials("disease of the heart") == "DH"
 
 
+def linked_spans(doc, links):
+    """Set `doc.ents` to spans (start, end, concept id, confidence) linked as concept_normalizer links them."""
+    spans = []
+    for start, end, cid, conf in links:
+        span = Span(doc, start, end, "Disease", kb_id=cid)
+        record = {"text": span.text, "kb_id": cid, "candidates": [(cid, conf)], "name": "x", "stage": "OD-T"}
+        span._.kb_parts = [{**record, "confidence": conf}]
+        span._.kb_ents, span._.kb_confidence, span._.kb_name = [(cid, conf)], conf, "x"
+        spans.append(span)
+    doc.ents = spans
+
+
+def test_one_text_one_concept_in_a_document():
+    import spacy_conceptnorm.text.abbreviations  # noqa: F401  (registers Span._.long_form)
+
+    nlp = spacy.blank("en")
+    doc = nlp("Breast cancer is common . breast cancer kills . Breast Cancer again . breast cancer once more")
+    # D001943 carries 0.6 + 0.5 of confidence, D010051 0.7 (unconfident) and 0.95 (confident, kept)
+    linked_spans(doc, [(0, 2, "D001943", 0.6), (5, 7, "D001943", 0.5), (9, 11, "D010051", 0.7)])
+    assert make_consistent(doc, list(doc.ents), lambda t: t.lower(), nil_threshold=0.0) == 1
+    assert [e.kb_id_ for e in doc.ents] == ["D001943"] * 3
+    assert doc.ents[2]._.kb_confidence == 0.6 and doc.ents[2]._.kb_stage == "consistency"  # the best donor's
+    linked_spans(doc, [(0, 2, "D001943", 0.6), (5, 7, "D001943", 0.5), (9, 11, "D010051", 0.95)])
+    assert make_consistent(doc, list(doc.ents), lambda t: t.lower(), nil_threshold=0.0) == 0
+    # the donor's confidence is under the NIL threshold: the changed link becomes NIL
+    linked_spans(doc, [(0, 2, "D001943", 0.6), (5, 7, "D001943", 0.5), (9, 11, "D010051", 0.4)])
+    assert make_consistent(doc, list(doc.ents), lambda t: t.lower(), nil_threshold=0.65) == 1
+    assert [e.kb_id_ for e in doc.ents] == ["D001943", "D001943", "NIL"]
+    # an abbreviation defined in the text (its long form found) keeps its own link
+    doc = nlp("Duchenne muscular dystrophy is severe . DMD boys walk late")
+    linked_spans(doc, [(0, 3, "D020388", 0.95), (6, 7, "D009136", 0.4)])
+    doc.ents[1]._.long_form = "dystrophia myotonica type D"
+    assert make_consistent(doc, list(doc.ents), lambda t: t.lower(), nil_threshold=0.0) == 0
+
+
 def test_undefined_abbreviation_takes_the_concept_it_stands_for():
     nlp = spacy.blank("en")
     doc = nlp("Duchenne muscular dystrophy is severe. DMD boys walk late.")
-    full, abbr = Span(doc, 0, 3, "Disease", kb_id="D020388"), Span(doc, 6, 7, "Disease", kb_id="D009136")
-    doc.ents = [full, abbr]
-    for span, cid, conf in ((full, "D020388", 0.95), (abbr, "D009136", 0.4)):
-        span._.kb_parts = [
-            {
-                "text": span.text,
-                "kb_id": cid,
-                "candidates": [(cid, conf)],
-                "name": "x",
-                "stage": "OD-T",
-                "confidence": conf,
-            }
-        ]
-        span._.kb_ents, span._.kb_confidence, span._.kb_name = [(cid, conf)], conf, "x"
+    linked_spans(doc, [(0, 3, "D020388", 0.95), (6, 7, "D009136", 0.4)])
     assert make_consistent(doc, list(doc.ents), lambda t: t.lower(), nil_threshold=0.0) == 1
     assert [e.kb_id_ for e in doc.ents] == ["D020388", "D020388"]
     assert doc.ents[1]._.kb_stage == "consistency" and doc.ents[1]._.kb_ents[0] == ("D020388", 0.95)
