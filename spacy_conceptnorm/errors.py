@@ -35,7 +35,7 @@ class Errors(metaclass=ErrorsWithCodes):
         "in that order."
     )
     # encoder runtime (issue 14, a lighter single machine)
-    E130 = "Unknown encoder runtime {runtime!r}; choose 'torch' or 'onnx'."
+    E130 = "Unknown encoder runtime {runtime!r}; choose 'torch', 'onnx' or 'auto'."
     E131 = "The encoder's runtime 'onnx' needs the {module} package ({detail}): pip install 'spacy-conceptnorm[onnx]'."
     E132 = "The encoder's runtime 'onnx' computes in fp32: precision {precision!r} needs runtime 'torch'."
     # search

@@ -124,6 +124,20 @@ def test_a_pipeline_keeps_its_configured_runtime_when_saved_and_loaded(tiny_mode
     assert cosines(encoder.encode(["hepatopathy"]), NameEncoder(str(tiny_model)).encode(["hepatopathy"]))[0] > 0.999
 
 
+def test_auto_runtime_is_onnx_runtime_where_installed_for_fp32_on_the_cpu(tiny_model, monkeypatch):
+    import importlib.util
+
+    def runtime(**kw):
+        return NameEncoder(str(tiny_model), runtime="auto", **kw).runtime
+
+    assert runtime(device="cpu", precision="fp32") == "onnx"
+    assert runtime(device="cpu", precision="bf16") == "torch"  # ONNX Runtime computes in fp32 only
+    assert runtime(device="cuda", precision="fp32") == "torch"
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "onnx" else find_spec(name, *a))
+    assert runtime(device="cpu", precision="fp32") == "torch"  # no exporter: torch
+
+
 def test_runtime_errors(tiny_model, monkeypatch):
     with pytest.raises(ConceptNormError, match="E130"):
         NameEncoder(runtime="tensorrt")
