@@ -144,6 +144,8 @@ def test_confidence_weights_out_of_kb_links_and_reads_older_models(tmp_path):
         Confidence().from_dict({"coef": [1.0, 2.0, 3.0], "intercept": 0.0}, tmp_path / "models.json")
     with pytest.raises(ConceptNormError, match="confidence model"):
         Confidence().from_dict({"coef": [1.0] * 5, "intercept": "high"})
+    with pytest.raises(ConceptNormError, match="confidence model"):
+        Confidence().from_dict({"coef": [1.0], "columns": [["score"]]})
 
 
 @pytest.fixture

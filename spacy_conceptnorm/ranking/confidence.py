@@ -110,9 +110,10 @@ class Confidence:
             coef = None if data.get("coef") is None else np.asarray(data["coef"], dtype=np.float64).reshape(-1)
             columns = tuple(data.get("columns", FIRST_EVIDENCE))  # saved before the columns were: the first five
             intercept = float(data.get("intercept", 0.0))
+            known = set(columns) <= set(EVIDENCE)
         except (AttributeError, TypeError, ValueError) as e:
             raise ConceptNormError(Errors.E004.format(path=path, detail=f"confidence model: {e}")) from None
-        if not set(columns) <= set(EVIDENCE) or (coef is not None and len(coef) != len(columns)):
+        if not known or (coef is not None and len(coef) != len(columns)):
             detail = f"confidence model: {len(coef) if coef is not None else 0} weights for columns {list(columns)}"
             raise ConceptNormError(Errors.E004.format(path=path, detail=detail))
         self.coef, self.intercept, self.columns = coef, intercept, columns
