@@ -80,7 +80,7 @@ def test_project_yml_validates_with_weasels_schema(raw_project, project):
     assert validate(ProjectConfigSchema, raw_project) == []
     validate_project_commands(raw_project)  # exits on unknown workflow steps or duplicate names
     assert project["workflows"]["all"] == ALL
-    assert "train-ner-trf" in {c["name"] for c in project["commands"]}  # optional, not in `all`
+    assert project["vars"]["ner"] == "trf"  # the recognizer chosen on dev; `--vars.ner fast` for the CNN
     assert project["vars"]["data"] == "../shared/data" and project["vars"]["gpu_id"] == -1
     assert not any("${" in str(c) for c in project["commands"])  # every variable was substituted
 
@@ -322,6 +322,23 @@ def test_ner_vectors_config_keeps_the_vectors(ner_vectors_dir):
     assert nlp.vocab.vectors.shape == (5, 4)
     assert nlp.vocab["breast"].has_vector and not nlp.vocab["Breast"].has_vector  # lowercase keys, ORTH lookup
     assert nlp("Germline mutations cause breast cancer.").text  # the ner runs with its vectors
+
+
+def test_train_ner_runs_every_recognizer_config():
+    """`train-ner` passes the same overrides whichever config `--vars.ner` picks: each config must have them all."""
+    for ner in ("trf", "fast", "vectors"):
+        raw = copy.deepcopy(srsly.read_yaml(ROOT / "project.yml"))
+        raw = substitute_project_variables(raw, overrides={"vars.ner": ner})
+        line = next(c for c in raw["commands"] if c["name"] == "train-ner")["script"][0]
+        argv = split_command(line)
+        assert argv[4] == f"configs/ner_{ner}.cfg"
+        config = load_config(ROOT / argv[4], interpolate=False)
+        assert {"paths.vectors", "paths.transformer"} <= set(_overrides(argv))
+        for key in _overrides(argv):
+            assert _config_has(config, key), f"{argv[4]} has no {key}"
+    # the CNN configs read no static vectors unless they are the vectors config, and no transformer at all
+    assert load_config(CONFIGS / "ner_fast.cfg")["initialize"]["vectors"] is None
+    assert load_config(CONFIGS / "ner_trf.cfg")["initialize"]["vectors"] is None
 
 
 def test_ner_trf_config_uses_the_packaged_minilm(corpus):
