@@ -219,28 +219,33 @@ class _FakeNormalizer:
             return gold_id == concept_id
 
 
-def test_tune_link_filter_picks_the_best_threshold_on_dev(nlp, monkeypatch):
+def _tune_on(nlp, monkeypatch, text, predicted, gold_ents, grid, name):
+    """Tune a link_filter after a fake recognizer+linker: predicted {token: (id, confidence)}, gold [(token, id)]."""
     from spacy.language import Language
 
     from spacy_conceptnorm.evaluation import recognition
 
-    text = "anemia and fever and cough and pain"
-    predicted = {0: ("D1", 0.95), 2: ("D2", 0.6), 4: ("X", 0.3), 6: ("D4", 0.75)}  # token -> (id, confidence)
-
-    @Language.component("fake_linked_ner_12")
+    @Language.component(name)
     def fake_linked_ner(doc):
         doc.ents = [Span(doc, i, i + 1, label="Disease", kb_id=cid) for i, (cid, _) in predicted.items()]
         for ent in doc.ents:
             ent._.kb_confidence = predicted[ent.start][1]
         return doc
 
-    nlp.add_pipe("fake_linked_ner_12")
-    nlp.add_pipe("link_filter", config={"min_confidence": 0.0})
+    nlp.add_pipe(name)
+    nlp.add_pipe("link_filter", config={"min_confidence": 0.99})  # in no grid: the tuned value must be set
     gold = nlp.make_doc(text)
-    # gold: anemia D1, fever D2, cough nothing (the "X" entity is spurious), pain D9 (found, linked wrongly)
-    gold.ents = [Span(gold, i, i + 1, label="Disease", kb_id=cid) for i, cid in ((0, "D1"), (2, "D2"), (6, "D9"))]
+    gold.ents = [Span(gold, i, i + 1, label="Disease", kb_id=cid) for i, cid in gold_ents]
     monkeypatch.setattr(recognition, "get_normalizer", lambda nlp: ("fake", _FakeNormalizer))
-    result = recognition.tune_link_filter(nlp, [gold], grid=(0.0, 0.5, 0.7, 0.9))
+    return recognition.tune_link_filter(nlp, [gold], grid=grid)
+
+
+def test_tune_link_filter_picks_the_best_threshold_on_dev(nlp, monkeypatch):
+    text = "anemia and fever and cough and pain"
+    predicted = {0: ("D1", 0.95), 2: ("D2", 0.6), 4: ("X", 0.3), 6: ("D4", 0.75)}  # token -> (id, confidence)
+    # gold: anemia D1, fever D2, cough nothing (the "X" entity is spurious), pain D9 (found, linked wrongly)
+    gold = [(0, "D1"), (2, "D2"), (6, "D9")]
+    result = _tune_on(nlp, monkeypatch, text, predicted, gold, (0.0, 0.5, 0.7, 0.9), "fake_linked_ner_12")
     # NER / NER+linking F1: 0.0: 3 and 2 right of 4 predicted, 3 gold (0.857 / 0.571); 0.5 drops "X" (1.0 / 0.667);
     # 0.7 drops fever too (0.8 / 0.4); 0.9 keeps anemia alone (0.5 / 0.5)
     assert result["min_confidence"] == 0.5
@@ -252,29 +257,14 @@ def test_tune_link_filter_picks_the_best_threshold_on_dev(nlp, monkeypatch):
 
 def test_tune_link_filter_weighs_the_entities_it_would_drop(nlp, monkeypatch):
     """A threshold that only trades a found entity for linking precision is not taken: NER F1 counts too."""
-    from spacy.language import Language
-
-    from spacy_conceptnorm.evaluation import recognition
-
     text = "anemia and fever and cough"
     predicted = {0: ("D1", 0.95), 2: ("D2", 0.6), 4: ("D3", 0.95)}
-
-    @Language.component("fake_linked_ner_12b")
-    def fake_linked_ner(doc):
-        doc.ents = [Span(doc, i, i + 1, label="Disease", kb_id=cid) for i, (cid, _) in predicted.items()]
-        for ent in doc.ents:
-            ent._.kb_confidence = predicted[ent.start][1]
-        return doc
-
-    nlp.add_pipe("fake_linked_ner_12b")
-    nlp.add_pipe("link_filter", config={"min_confidence": 0.5})
-    gold = nlp.make_doc(text)
-    gold.ents = [Span(gold, i, i + 1, label="Disease", kb_id=cid) for i, cid in ((0, "D1"), (2, "D9"), (4, "D3"))]
-    monkeypatch.setattr(recognition, "get_normalizer", lambda nlp: ("fake", _FakeNormalizer))
-    result = recognition.tune_link_filter(nlp, [gold], grid=(0.0, 0.7))
+    gold = [(0, "D1"), (2, "D9"), (4, "D3")]
+    result = _tune_on(nlp, monkeypatch, text, predicted, gold, (0.0, 0.7), "fake_linked_ner_12b")
     # 0.0: NER 3/3 (F1 1.0), linking 2 of 3 (0.667); 0.7 drops fever, linked wrongly: NER 0.8, linking 2/2 of 3
     # gold (0.8): NER+linking alone would take 0.7, the sum (1.667 against 1.6) keeps every entity
     assert round(result["scores"]["0.7"]["ner_linking"]["f"], 3) == 0.8
     assert round(result["scores"]["0.0"]["ner_linking"]["f"], 3) == 0.667
     assert result["min_confidence"] == 0.0
+    assert nlp.get_pipe("link_filter").min_confidence == 0.0
     assert [e.text for e in nlp(text).ents] == ["anemia", "fever", "cough"]
