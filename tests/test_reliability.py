@@ -190,7 +190,10 @@ def test_a_query_vector_does_not_depend_on_the_texts_encoded_with_it(real_encode
     alone = np.concatenate([real_encoder.encode_queries([t]) for t in texts])
     reversed_ = real_encoder.encode_queries(texts[::-1])[::-1]
     assert np.array_equal(together, alone) and np.array_equal(together, reversed_)
-    assert np.allclose(together, real_encoder.encode(texts), atol=1e-4)  # the same vectors, up to the last bits
+    # the same vectors as `encode`, up to the last bits: of fp32, or of bf16 where the CPU has native bf16 (autocast;
+    # seen there: 7.5e-4 at most, cosines above 0.99998)
+    atol = 1e-4 if real_encoder.autocast_dtype() is None else 2e-3
+    assert np.allclose(together, real_encoder.encode(texts), atol=atol)
 
 
 def test_kb_ents_are_bitwise_identical_whatever_the_batch_size(real_encoder, test_docs, tmp_path):
