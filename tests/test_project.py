@@ -68,6 +68,13 @@ def _config_has(config, dotted: str) -> bool:
     return True
 
 
+def _assert_config_takes_overrides(argv: list[str]) -> None:
+    """The config a `spacy train`/`assemble` line names (argv[4]) has every key the line overrides."""
+    config = load_config(ROOT / argv[4], interpolate=False)
+    for key in _overrides(argv):
+        assert _config_has(config, key), f"{' '.join(argv)}: {argv[4]} has no {key}"
+
+
 def _under(path: str, prefix: str) -> bool:
     path, prefix = Path(path), Path(prefix.rstrip("/"))
     return path == prefix or prefix in path.parents
@@ -132,9 +139,7 @@ def test_every_command_line_runs_an_existing_command_with_known_options(project)
                     assert arg in options, f"{line}: {name} has no option {arg}"
             if _overrides(argv):  # the config named on the line must have every overridden key
                 assert cli[name].context_settings.get("ignore_unknown_options"), line
-                config = load_config(ROOT / argv[4], interpolate=False)
-                for key in _overrides(argv):
-                    assert _config_has(config, key), f"{line}: {argv[4]} has no {key}"
+                _assert_config_takes_overrides(argv)
 
 
 def test_every_dependency_is_data_a_config_or_an_earlier_output(project, commands):
@@ -332,11 +337,9 @@ def test_train_ner_runs_every_recognizer_config():
         line = next(c for c in raw["commands"] if c["name"] == "train-ner")["script"][0]
         argv = split_command(line)
         assert argv[4] == f"configs/ner_{ner}.cfg"
-        config = load_config(ROOT / argv[4], interpolate=False)
         assert {"paths.vectors", "paths.transformer"} <= set(_overrides(argv))
-        for key in _overrides(argv):
-            assert _config_has(config, key), f"{argv[4]} has no {key}"
-    # the CNN configs read no static vectors unless they are the vectors config, and no transformer at all
+        _assert_config_takes_overrides(argv)
+    # only configs/ner_vectors.cfg reads the static vectors that `train-ner` passes to all three
     assert load_config(CONFIGS / "ner_fast.cfg")["initialize"]["vectors"] is None
     assert load_config(CONFIGS / "ner_trf.cfg")["initialize"]["vectors"] is None
 
