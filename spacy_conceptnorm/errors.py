@@ -62,6 +62,7 @@ class Errors(metaclass=ErrorsWithCodes):
     E313 = "The confidence model needs right and wrong links to fit, got {right} right and {wrong} wrong."
     E315 = "Ranker scorer {name!r} must be a PairScorer (e.g. spacy_conceptnorm.cnn_ranker.v1), got {found}."
     E314 = "The concept_normalizer has no ranker to train: set [components.concept_normalizer.ranker] in its config."
+    E316 = "The ranker's ngram_range must be two integers 1 <= low <= high (character n-gram sizes), got {value!r}."
     # abbreviations
     E401 = "Unknown abbreviation detector {detector!r}; choose one of {choices}."
     E402 = (

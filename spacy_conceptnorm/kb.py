@@ -378,12 +378,16 @@ class KnowledgeBase:
         name_id = self.name_id(name)
         return self._surfaces[self._surface_of[name_id]] if name_id >= 0 else name
 
+    def links(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every link as arrays (name id, concept index, source bits), in no particular order."""
+        return self._links.live()
+
     def concept_names(self, concept_id: str, sources: int = 3) -> list[str]:
         """Normalized names of one concept (a scan of every link: for training and inspection, not the hot path)."""
         index = self.concepts.index(concept_id)
         if index < 0:
             return []
-        owner, target, bits = self._links.live()
+        owner, target, bits = self.links()
         return [self._keys[i] for i in np.sort(owner[(target == index) & ((bits & sources) > 0)])]
 
     def nbytes(self) -> int:

@@ -184,6 +184,36 @@ def test_ranker_rejects_bad_settings():
         Ranker(lexical_k=0)
     with pytest.raises(ConceptNormError, match="PairScorer"):
         Ranker(scorers={"cnn": "not a scorer"})
+    for bad in [(3, 2), (0, 3), (3,), [2, 3, 4], (2.0, 3), "33", (True, 3)]:
+        with pytest.raises(ConceptNormError, match="ngram_range"):
+            Ranker(ngram_range=bad)
+
+
+def test_dense_features_are_maxima_over_every_name_of_the_concept(searcher):
+    generator = CandidateGenerator(searcher, lexical_k=5)
+    generator.build()
+    key = "colorectal cancer"
+    vector = searcher.query_vectors([key])
+    found = searcher.search_keys([key], top_k=2, vectors=vector)
+    candidates = generator.generate([key], [found[key]], vector)[0]
+    dense = candidates.features[:, FEATURES.index("dense")]
+    for concept_id, value in zip(candidates.concept_ids, dense):
+        names = searcher.kb.concept_names(concept_id)  # a scan of every link, not the generator's arrays
+        cosines = [float(searcher.vectors[searcher.rows[n]] @ vector[0]) for n in names if n in searcher.rows]
+        assert value == pytest.approx(max(cosines), abs=1e-6)
+
+
+def test_ngram_range_reaches_the_lexical_index_and_is_saved(train_docs, kb, tmp_path):
+    nlp = spacy.blank("en")
+    ranker = {"@misc": "spacy_conceptnorm.ranker.v1", "ngram_range": [2, 4]}
+    normalizer = nlp.add_pipe("concept_normalizer", config={"strategy": "D-T+OD-T", "ranker": ranker})
+    normalizer.encoder = TrigramEncoder()
+    normalizer.initialize(lambda: [Example(d, d) for d in train_docs], nlp=nlp, kb=kb)
+    assert normalizer.linker.generator.lexical.ngram_range == (2, 4)
+    assert max(map(len, normalizer.linker.generator.lexical.tfidf.vocabulary_)) == 4
+    nlp.to_disk(tmp_path / "p")
+    loaded = spacy.load(tmp_path / "p").get_pipe("concept_normalizer")
+    assert loaded.ranker.ngram_range == (2, 4) and loaded.linker.generator.lexical.ngram_range == (2, 4)
 
 
 def linker_pipeline(train_docs, kb):

@@ -320,3 +320,16 @@ def test_the_lexical_index_is_off_over_its_limit():
     index.add(["one more"])
     copy = LexicalIndex(max_names=20).from_bytes(index.to_bytes())
     assert len(copy) == 31 and copy.scores(["x"])["tfidf"].nnz == 0  # (scikit-learn never imported)
+
+
+def test_rescoring_a_few_queries_at_a_time_gives_the_same_answers(monkeypatch):
+    store = VectorStore(32)
+    store.append(unit(2000, 32))
+    index = VectorIndex.on_store(store, index_type="hnsw")
+    index.add(np.arange(2000))
+    queries = unit(25, 32, seed=7)
+    scores, ids = index.search(queries, 5)
+    monkeypatch.setattr(index_module, "RESCORE_ROWS", 50)  # 20 rows a query (5 asked, refined 4x): 2 at a time
+    assert np.array_equal(index.search(queries, 5)[1], ids)
+    exact = (store[ids.ravel()] * np.repeat(queries, 5, axis=0)).sum(1).reshape(25, 5)
+    assert np.allclose(index.search(queries, 5)[0], exact, atol=1e-6)

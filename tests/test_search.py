@@ -122,3 +122,19 @@ def test_a_float16_row_scores_exactly_one_against_itself():
     # the rows' norms are not 1 after the float16 rounding: a cosine must still say 1 for the same vector
     assert not np.all(np.linalg.norm(rows.astype(np.float64), axis=1) == 1.0)
     assert all(exact_scores(rows, np.array([i]), rows[i]) == [1.0] for i in range(len(rows)))
+
+
+def test_answers_do_not_depend_on_how_many_rows_are_scored_at_once(searcher, monkeypatch):
+    import spacy_conceptnorm.index as index_module
+    import spacy_conceptnorm.search as search_module
+
+    texts = ["colon cancer", "breast tumour", "diabetes", "crc", "mammary neoplasm", "cancer of the colon"]
+    # an approximate index: its candidates are rescored from the vector store
+    hnsw = SieveSearcher(searcher.kb, TrigramEncoder(), strategy="D-T+OD-T", threshold=0.95, top_k=3,
+                         index={"index_type": "hnsw"})  # fmt: skip
+    hnsw.build()
+    whole = [(m.candidates, m.names, m.stage) for m in hnsw.search(texts, top_k=4)]
+    monkeypatch.setattr(search_module, "SCORE_CHUNK", 3)
+    monkeypatch.setattr(index_module, "RESCORE_ROWS", 5)
+    chunked = [(m.candidates, m.names, m.stage) for m in hnsw.search(texts, top_k=4)]
+    assert chunked == whole and all(candidates for candidates, _, _ in whole)

@@ -67,20 +67,27 @@ class CandidateGenerator:
     searcher (SieveSearcher): The built sieve searcher (its KB, vectors and rows).
     lexical_k (int): Names taken from each lexical score (TF-IDF and Jaccard).
     lexical (LexicalIndex): A fitted lexical index over the searcher's rows, or None to fit one in `build`.
+    ngram_range (Tuple[int, int]): Character n-gram sizes of the TF-IDF index `build` fits.
     """
 
-    def __init__(self, searcher: SieveSearcher, lexical_k: int = 10, lexical: LexicalIndex | None = None) -> None:
+    def __init__(
+        self,
+        searcher: SieveSearcher,
+        lexical_k: int = 10,
+        lexical: LexicalIndex | None = None,
+        ngram_range: tuple[int, int] = (3, 3),
+    ) -> None:
         self.searcher = searcher
         self.lexical_k = lexical_k
         self.lexical = lexical
+        self.ngram_range = tuple(ngram_range)
         self.indexed: np.ndarray | None = None  # the KB name id of each row the lexical index holds (-1: free)
-        self._concept_rows: dict[str, tuple[np.ndarray, np.ndarray]] | None = None
-        self._row_concepts: list[list[str]] | None = None
+        self._concept_rows: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # see `_rows_by_concept`
         self.counts: dict[str, int] = {}  # concept id -> annotated training mentions (the ranker's prior)
 
     def build(self) -> None:
         """Fit the lexical index on the searcher's names (rows aligned)."""
-        self.lexical = LexicalIndex().fit(self.searcher.row_names)
+        self.lexical = LexicalIndex(self.ngram_range).fit(self.searcher.row_names)
         self.indexed = self.searcher.row_name_ids.copy()
         self.changed()
 
@@ -101,24 +108,25 @@ class CandidateGenerator:
 
     def changed(self) -> None:
         self._concept_rows = None
-        self._row_concepts = None
 
-    def _maps(self) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], list[list[str]]]:
-        """Per concept its name rows and each row's source bits; per row its concepts."""
+    def _rows_by_concept(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every concept's name rows: (rows, their link's source bits, starts), concept index i owning
+        rows[starts[i]:starts[i + 1]], in row order. Built from the KB's link arrays at once: a dict of concept ->
+        rows filled name by name took 0.78 s of the first batch after a load (MEDIC, 73k names)."""
         if self._concept_rows is None:
-            kb, rows = self.searcher.kb, self.searcher.rows
-            by_concept: dict[str, list[tuple[int, int]]] = {}
-            row_concepts: list[list[str]] = [[] for _ in self.searcher.row_names]
-            for name, row in rows.items():
-                for cid, bits in kb.name_links(name).items():
-                    by_concept.setdefault(cid, []).append((row, bits))
-                    row_concepts[row].append(cid)
-            self._concept_rows = {
-                cid: (np.array([r for r, _ in pairs], dtype=np.int64), np.array([b for _, b in pairs], dtype=np.int8))
-                for cid, pairs in by_concept.items()
-            }
-            self._row_concepts = row_concepts
-        return self._concept_rows, self._row_concepts
+            kb, name_ids = self.searcher.kb, self.searcher.row_name_ids
+            name_row = np.full(int(name_ids.max(initial=-1)) + 1, -1, dtype=np.int64)
+            live = np.flatnonzero(name_ids >= 0)
+            name_row[name_ids[live]] = live
+            owner, target, bits = kb.links()
+            known = owner < len(name_row)
+            rows = np.where(known, name_row[np.where(known, owner, 0)], -1)
+            keep = rows >= 0
+            rows, target, bits = rows[keep], target[keep], bits[keep]
+            order = np.lexsort((rows, target))
+            starts = np.searchsorted(target[order], np.arange(len(kb.concepts) + 1))
+            self._concept_rows = (rows[order], bits[order].astype(np.int8), starts)
+        return self._concept_rows
 
     def generate(
         self, keys: Sequence[str], matches: Sequence[Match], vectors: np.ndarray, chunk: int = 64
@@ -131,8 +139,9 @@ class CandidateGenerator:
         return out
 
     def _generate(self, keys: Sequence[str], matches: Sequence[Match], vectors: np.ndarray) -> list[CandidateSet]:
-        concept_rows, row_concepts = self._maps()
-        hidden = self.searcher.hidden
+        concept_rows = self._rows_by_concept()
+        searcher = self.searcher
+        hidden, row_name_ids, concepts_of = searcher.hidden, searcher.row_name_ids, searcher.kb.concepts_of
         lexical = self.lexical.scores(list(keys))
         k = self.lexical_k
         out = []
@@ -140,7 +149,7 @@ class CandidateGenerator:
             order = list(dict.fromkeys(c for c, _ in match.candidates))
             for name in ("tfidf", "jaccard"):
                 for row in row_top(lexical[name], q, k):
-                    order.extend(c for c in row_concepts[row] if c not in hidden)
+                    order.extend(c for c in concepts_of(int(row_name_ids[row])) if c not in hidden)
             order = list(dict.fromkeys(order))
             out.append(self._features(key, match, order, vectors[q], lexical, q, concept_rows))
         return out
@@ -148,14 +157,16 @@ class CandidateGenerator:
     def _features(self, key, match, order, vector, lexical, q, concept_rows) -> CandidateSet:
         """The feature matrix of one query's candidates: per concept, maxima over its names' rows, gathered for
         all candidates at once (one product, one `reduceat` per score; a loop per candidate measured 3x slower)."""
-        empty = (np.zeros(0, np.int64), np.zeros(0, np.int8))
-        parts = [concept_rows.get(cid, empty) for cid in order]
-        sizes = np.array([len(rows) for rows, _ in parts])
         feats = np.zeros((len(order), len(FEATURES)), dtype=np.float32)
         if not len(order):
             return CandidateSet(key, order, [], feats, match)
-        rows = np.concatenate([r for r, _ in parts])
-        bits = np.concatenate([b for _, b in parts])
+        all_rows, all_bits, concept_starts = concept_rows
+        index = np.array([self.searcher.kb.concepts.index(cid) for cid in order])
+        found = index >= 0
+        lo = np.where(found, concept_starts[index], 0)
+        sizes = np.where(found, concept_starts[np.where(found, index + 1, 0)], 0) - lo
+        rows = np.concatenate([all_rows[a : a + n] for a, n in zip(lo, sizes)])
+        bits = np.concatenate([all_bits[a : a + n] for a, n in zip(lo, sizes)])
         starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
         has = sizes > 0
         safe = np.minimum(starts, max(len(rows) - 1, 0))

@@ -31,8 +31,9 @@ class Linker:
         self._cache: OrderedDict[str, Match] = OrderedDict()
         self._cache_state: tuple | None = None
         self.cache_hits = self.cache_lookups = 0
-        self.generator = CandidateGenerator(searcher, ranker.lexical_k) if ranker is not None else None
-        if self.generator is not None:
+        self.generator = None
+        if ranker is not None:
+            self.generator = CandidateGenerator(searcher, ranker.lexical_k, ngram_range=ranker.ngram_range)
             self.generator.counts = ranker.counts
 
     @property
