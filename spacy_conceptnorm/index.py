@@ -112,7 +112,14 @@ class VectorStore:
 
     def __getitem__(self, key: int | slice | np.ndarray) -> np.ndarray:
         """float32 rows: one (1-d) for an integer, else a 2-d array."""
-        return np.asarray(self.raw(key), dtype=np.float32)
+        rows = self.raw(key)
+        if rows.dtype == np.float16 and rows.flags.writeable and rows.flags.c_contiguous and rows.size > 4096:
+            # the same values (float16 -> float32 is exact) by torch's vectorized kernel: 25 blocks of 4,096 MEDIC
+            # rows took numpy 0.058-0.074 s, torch 0.009-0.012 s
+            import torch
+
+            return torch.from_numpy(rows).float().numpy()
+        return np.asarray(rows, dtype=np.float32)
 
     def raw(self, key: int | slice | np.ndarray) -> np.ndarray:
         """Rows as stored (float16 or float32): one (1-d) for an integer, else a 2-d array, a view of the store
