@@ -150,6 +150,12 @@ class SieveSearcher:
         searcher's own array. Name ids are never reused, so equal ids mean equal names."""
         return self._row_name
 
+    @property
+    def name_rows(self) -> np.ndarray:
+        """KB name id -> its row, -1 for none (ids beyond its length have none). Read only: the searcher's own
+        array, the inverse of `row_name_ids`."""
+        return self._name_row
+
     def _row_of(self, name: str) -> int:
         name_id = self.kb.key_id(name)
         return int(self._name_row[name_id]) if 0 <= name_id < len(self._name_row) else -1

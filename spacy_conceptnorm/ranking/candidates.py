@@ -18,6 +18,11 @@ from ..search import Match, SieveSearcher
 from .lexical import LexicalIndex, row_top, row_values
 
 DOMAIN_BIT, ONTOLOGY_BIT = SOURCE_BITS[DOMAIN], SOURCE_BITS[ONTOLOGY]
+# The ranker's candidate settings, chosen on dev with the speed target in view (`train-ranker` on the `run all`
+# pipeline, dev ranking queries, ranker Acc@1 / candidate recall / test gold mentions per second): dense_k 20 with
+# (2, 3)-grams 83.82 / 94.98 / 992, 10 with (2, 3) 83.82 / 94.87 / 1,251, 20 with (3, 3) 83.82 / 94.98 / 1,193, 10
+# with (3, 3) 83.93 / 94.75 / 1,448 (the sieve alone 83.26)
+DENSE_K, NGRAM_RANGE = 10, (3, 3)
 
 FEATURES = (
     "dense",  # best cosine between the mention and any name of the concept
@@ -75,7 +80,7 @@ class CandidateGenerator:
         searcher: SieveSearcher,
         lexical_k: int = 10,
         lexical: LexicalIndex | None = None,
-        ngram_range: tuple[int, int] = (3, 3),
+        ngram_range: tuple[int, int] = NGRAM_RANGE,
     ) -> None:
         self.searcher = searcher
         self.lexical_k = lexical_k
@@ -114,10 +119,7 @@ class CandidateGenerator:
         rows[starts[i]:starts[i + 1]], in row order. Built from the KB's link arrays at once: a dict of concept ->
         rows filled name by name took 0.78 s of the first batch after a load (MEDIC, 73k names)."""
         if self._concept_rows is None:
-            kb, name_ids = self.searcher.kb, self.searcher.row_name_ids
-            name_row = np.full(int(name_ids.max(initial=-1)) + 1, -1, dtype=np.int64)
-            live = np.flatnonzero(name_ids >= 0)
-            name_row[name_ids[live]] = live
+            kb, name_row = self.searcher.kb, self.searcher.name_rows
             owner, target, bits = kb.links()
             known = owner < len(name_row)
             rows = np.where(known, name_row[np.where(known, owner, 0)], -1)
@@ -149,7 +151,9 @@ class CandidateGenerator:
             order = list(dict.fromkeys(c for c, _ in match.candidates))
             for name in ("tfidf", "jaccard"):
                 for row in row_top(lexical[name], q, k):
-                    order.extend(c for c in concepts_of(int(row_name_ids[row])) if c not in hidden)
+                    name_id = int(row_name_ids[row])
+                    if name_id >= 0:  # a free row scores 0 and is never found, but concepts_of(-1) would read a list
+                        order.extend(c for c in concepts_of(name_id) if c not in hidden)
             order = list(dict.fromkeys(order))
             out.append(self._features(key, match, order, vectors[q], lexical, q, concept_rows))
         return out

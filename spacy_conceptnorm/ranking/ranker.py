@@ -22,7 +22,7 @@ from spacy.util import registry
 
 from ..errors import ConceptNormError, Errors
 from ..search import Match
-from .candidates import FEATURES, CandidateSet
+from .candidates import DENSE_K, FEATURES, NGRAM_RANGE, CandidateSet
 from .confidence import word_overlap
 from .pair_scorer import PairScorer
 
@@ -30,11 +30,6 @@ from .pair_scorer import PairScorer
 # the concept (best on NCBI-disease dev: 65.9% Acc@1 on mentions that are no known name, sieve 63.6, hybrid
 # 59.9, every feature 65.2); "full" takes every feature
 MODELS = {"hybrid": ("dense", "tfidf"), "hybrid_prior": ("dense", "tfidf", "count_prior"), "full": FEATURES}
-# Candidate generation, chosen on dev with the speed target in view (`train-ranker` on the `run all` pipeline, dev
-# ranking queries, ranker Acc@1 / candidate recall / test gold mentions per second): dense_k 20 with (2, 3)-grams
-# 83.82 / 94.98 / 992, 10 with (2, 3) 83.82 / 94.87 / 1,251, 20 with (3, 3) 83.82 / 94.98 / 1,193, 10 with (3, 3)
-# 83.93 / 94.75 / 1,448 (the sieve alone 83.26)
-DENSE_K, NGRAM_RANGE = 10, (3, 3)
 
 
 class Ranker:
