@@ -63,6 +63,7 @@ class Errors(metaclass=ErrorsWithCodes):
     E315 = "Ranker scorer {name!r} must be a PairScorer (e.g. spacy_conceptnorm.cnn_ranker.v1), got {found}."
     E314 = "The concept_normalizer has no ranker to train: set [components.concept_normalizer.ranker] in its config."
     E316 = "The ranker's ngram_range must be two integers 1 <= low <= high (character n-gram sizes), got {value!r}."
+    E317 = "Unknown cpu_precision {precision!r} of the recognizer's transformer: choose 'auto', 'bf16' or 'fp32'."
     # abbreviations
     E401 = "Unknown abbreviation detector {detector!r}; choose one of {choices}."
     E402 = (

@@ -184,18 +184,18 @@ def test_workflow_outputs_are_ignored_by_git():
 def test_config_functions_have_entry_points():
     parser = configparser.ConfigParser()
     parser.read(ROOT / "setup.cfg")
-    entries = dict(
-        line.split(" = ") for line in parser["options.entry_points"]["spacy_misc"].strip().splitlines()
-    )  # fmt: skip
-    for name, target in entries.items():
-        module, attr = target.split(":")
-        assert registry.misc.get(name) is getattr(importlib.import_module(module), attr)
-    # `spacy train` / `spacy assemble` resolve these before any component of ours is created
-    used = set()
-    for cfg in ("ner_fast.cfg", "ner_vectors.cfg", "ner_trf.cfg", "pipeline.cfg", "linker.cfg"):
-        config = load_config(CONFIGS / cfg, interpolate=False)
-        used |= {v for path, v in _walk(config) if path.endswith("@misc") and v.startswith("spacy_conceptnorm.")}
-    assert used and used <= set(entries)
+    for kind in ("misc", "architectures"):
+        lines = parser["options.entry_points"][f"spacy_{kind}"].strip().splitlines()
+        entries = dict(line.split(" = ") for line in lines)
+        for name, target in entries.items():
+            module, attr = target.split(":")
+            assert getattr(registry, kind).get(name) is getattr(importlib.import_module(module), attr)
+        # `spacy train` / `spacy assemble` resolve these before any component of ours is created
+        used = set()
+        for cfg in ("ner_fast.cfg", "ner_vectors.cfg", "ner_trf.cfg", "pipeline.cfg", "linker.cfg"):
+            config = load_config(CONFIGS / cfg, interpolate=False)
+            used |= {v for path, v in _walk(config) if path.endswith(f"@{kind}") and v.startswith("spacy_conceptnorm.")}
+        assert used and used <= set(entries)
 
 
 def _walk(node, prefix=""):

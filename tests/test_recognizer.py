@@ -1,5 +1,8 @@
 """The recognizer's helpers: boundary-error categories, the dictionary_matcher and the link_filter components."""
 
+import itertools
+
+import numpy as np
 import pytest
 import spacy
 from spacy.tokens import Doc, Span
@@ -268,3 +271,95 @@ def test_tune_link_filter_weighs_the_entities_it_would_drop(nlp, monkeypatch):
     assert result["min_confidence"] == 0.0
     assert nlp.get_pipe("link_filter").min_confidence == 0.0
     assert [e.text for e in nlp(text).ents] == ["anemia", "fever", "cough"]
+
+
+def _trf_nlp(tiny_bert, precision: str):
+    """configs/ner_trf.cfg on the tiny BERT with the given cpu_precision, initialized on one doc of TEXT."""
+    from pathlib import Path
+
+    from spacy.util import load_config, load_model_from_config
+
+    overrides = {"paths.transformer": str(tiny_bert), "components.transformer.model.cpu_precision": precision}
+    config = load_config(Path(__file__).parents[1] / "configs" / "ner_trf.cfg", overrides=overrides, interpolate=True)
+    nlp = load_model_from_config(config, auto_fill=True)
+    examples = [Example(nlp.make_doc(TEXT), doc_with(nlp, ["hereditary breast cancer", "anemia", "diabetes"]))]
+    return nlp, examples, nlp.initialize(lambda: examples)
+
+
+def test_transformer_model_runs_its_forward_pass_in_bf16_and_trains(tiny_bert, tmp_path):
+    import torch
+
+    outputs = {}
+    for precision in ("fp32", "bf16"):
+        nlp, _, _ = _trf_nlp(tiny_bert, precision)
+        outputs[precision] = nlp.get_pipe("transformer").model.predict([nlp.make_doc(TEXT)]).model_output
+    for value in outputs["bf16"].values():
+        assert value.dtype == torch.float32  # the pooler's bf16 output too: numpy cannot hold bf16
+    fp32, bf16 = outputs["fp32"].last_hidden_state, outputs["bf16"].last_hidden_state
+    difference = (fp32 - bf16).abs().max().item()
+    assert 0 < difference < 0.25  # computed in bf16 (not the same bits), yet the same hidden states
+
+    nlp, examples, optimizer = _trf_nlp(tiny_bert, "bf16")
+    weight = nlp.get_pipe("transformer").model.transformer.embeddings.word_embeddings.weight
+    before = weight.detach().clone()
+    for _ in range(3):  # the warm-up schedule's rate is 0 at the first step
+        losses = nlp.update(examples, sgd=optimizer)
+        optimizer.step_schedules()
+    assert losses["ner"] > 0 and torch.isfinite(torch.tensor(losses["ner"]))
+    assert not torch.equal(before, weight.detach())  # gradients flowed back through the autocast forward pass
+
+    nlp.to_disk(tmp_path / "ner")
+    loaded = spacy.load(tmp_path / "ner")
+    assert loaded.config["components"]["transformer"]["model"]["cpu_precision"] == "bf16"
+    doc = loaded.get_pipe("transformer")(loaded.make_doc(TEXT))
+    vectors = loaded.get_pipe("ner").model.get_ref("tok2vec").predict([doc])[0]  # the listener reads doc._.trf_data
+    # what `spacy assemble` does when it sources the recognizer: the listener becomes a copy of the transformer
+    loaded.replace_listeners("transformer", "ner", ["model.tok2vec"])
+    loaded.remove_pipe("transformer")
+    loaded.to_disk(tmp_path / "sourced")
+    sourced = spacy.load(tmp_path / "sourced")
+    tok2vec = sourced.config["components"]["ner"]["model"]["tok2vec"]
+    assert (tok2vec["@architectures"], tok2vec["cpu_precision"]) == ("spacy_conceptnorm.Tok2VecTransformer.v1", "bf16")
+    # the same bits: computed in bf16 as before (fp32 would differ in the last places)
+    assert np.array_equal(sourced.get_pipe("ner").model.get_ref("tok2vec").predict([doc])[0], vectors)
+
+
+def test_transformer_model_rejects_an_unknown_cpu_precision(tiny_bert):
+    with pytest.raises(ConceptNormError, match="E317.*'fp16'"):
+        _trf_nlp(tiny_bert, "fp16")
+
+
+@pytest.mark.parametrize(
+    "overrides,steps",
+    [
+        ({"system.cpu_precision": "fp32"}, 600),
+        ({"system.cpu_precision": "bf16"}, 1200),
+        ({"system.cpu_precision": "bf16", "training.max_steps": 100}, 100),  # the command line still decides
+    ],
+)
+def test_ner_trf_trains_for_the_steps_its_precision_affords(overrides, steps):
+    from pathlib import Path
+
+    from spacy.schemas import ConfigSchemaTraining
+    from spacy.util import load_config, load_model_from_config, registry
+
+    path = Path(__file__).parents[1] / "configs" / "ner_trf.cfg"
+    config = load_config(path, overrides={"paths.train": "train.spacy", "paths.dev": "dev.spacy", **overrides})
+    config = load_model_from_config(config, auto_fill=True).config.interpolate()
+    assert config["components"]["transformer"]["model"]["cpu_precision"] == overrides["system.cpu_precision"]
+    training = registry.resolve(config["training"], schema=ConfigSchemaTraining)
+    assert training["max_steps"] == steps
+    # warm-up, then linear decay that reaches 0 at the last step
+    schedule = registry.resolve({"learn_rate": config["training"]["optimizer"]["learn_rate"]})["learn_rate"]
+    rates = list(itertools.islice(schedule, steps + 1))
+    assert rates[steps] == 0 and rates[steps - 1] > 0
+
+
+def test_ner_steps_follow_the_cpu_under_auto(monkeypatch):
+    import spacy_conceptnorm.ner as ner
+
+    for native in (True, False):
+        monkeypatch.setattr(ner, "cpu_has_native_bf16", lambda native=native: native)
+        assert ner.ner_steps(fp32=600, bf16=1200, cpu_precision="auto") == (1200 if native else 600)
+    with pytest.raises(ConceptNormError, match="E317"):
+        ner.ner_steps(fp32=600, bf16=1200, cpu_precision="fast")

@@ -42,6 +42,7 @@ import torch
 import torch.nn.functional as F
 from spacy.util import registry
 
+from ..encoder import cpu_has_native_bf16
 from ..errors import ConceptNormError, Errors
 from ..util import read_settings, write_dir_atomically
 from .pair_scorer import FitReport, PairScorer, RankingGroup, rerank_accuracy
@@ -81,7 +82,7 @@ def autocast_dtype(precision: str, device: str) -> torch.dtype | None:
         return torch.bfloat16
     if device.startswith("cuda"):
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else None
-    return torch.bfloat16 if torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported() else None
+    return torch.bfloat16 if cpu_has_native_bf16() else None
 
 
 def context_window(mention: str, context: str, chars: int) -> str:
