@@ -184,8 +184,10 @@ def test_workflow_outputs_are_ignored_by_git():
 def test_config_functions_have_entry_points():
     parser = configparser.ConfigParser()
     parser.read(ROOT / "setup.cfg")
-    for kind in ("misc", "architectures"):
-        lines = parser["options.entry_points"][f"spacy_{kind}"].strip().splitlines()
+    groups = {"misc": "spacy_misc", "architectures": "spacy_architectures", "batchers": "spacy_batchers",
+              "schedules": "thinc_schedules"}  # fmt: skip
+    for kind, group in groups.items():
+        lines = parser["options.entry_points"][group].strip().splitlines()
         entries = dict(line.split(" = ") for line in lines)
         for name, target in entries.items():
             module, attr = target.split(":")

@@ -363,3 +363,84 @@ def test_ner_steps_follow_the_cpu_under_auto(monkeypatch):
         assert ner.ner_steps(fp32=600, bf16=1200, cpu_precision="auto") == (1200 if native else 600)
     with pytest.raises(ConceptNormError, match="E317"):
         ner.ner_steps(fp32=600, bf16=1200, cpu_precision="fast")
+
+
+class _Clock:
+    """A stand-in for `time.monotonic` that moves `step` seconds at each reading."""
+
+    def __init__(self, step: float = 0.0):
+        self.now, self.step = 1000.0, step
+
+    def __call__(self) -> float:
+        self.now += self.step
+        return self.now
+
+
+def test_warmup_linear_until_is_thincs_schedule_cut_short_by_the_clock(monkeypatch):
+    from thinc.api import warmup_linear
+
+    import spacy_conceptnorm.budget as budget
+
+    clock = _Clock()
+    monkeypatch.setattr(budget, "_now", clock)
+    # without a time limit, thinc's own warmup_linear.v1
+    for warmup, total in ((0, 5), (2, 6)):
+        ours = budget.warmup_linear_until(initial_rate=1.0, warmup_steps=warmup, total_steps=total, max_minutes=0)
+        thincs = warmup_linear(1.0, warmup, total)
+        assert list(itertools.islice(ours, total + 2)) == list(itertools.islice(thincs, total + 2))
+    rates = budget.warmup_linear_until(initial_rate=1.0, warmup_steps=2, total_steps=100, max_minutes=10)
+    assert [next(rates) for _ in range(3)] == [0.0, 0.5, 1.0]  # warm-up, no time passed
+    clock.now += 6 * 60
+    assert next(rates) == pytest.approx(0.4)  # 6 of 10 minutes gone: below the step schedule's 97/98
+    clock.now += 4 * 60
+    assert next(rates) == 0.0 and next(rates) == 0.0
+
+
+def test_batch_until_stops_when_the_time_is_up(monkeypatch):
+    import spacy_conceptnorm.budget as budget
+
+    clock = _Clock()
+    monkeypatch.setattr(budget, "_now", clock)
+    batches = budget.batch_until(lambda items: ([item] for item in items), max_minutes=10)(range(5))
+    assert next(batches) == [0]
+    clock.now += 9 * 60
+    assert next(batches) == [1]
+    clock.now += 60
+    assert list(batches) == []
+    unlimited = budget.batch_until(lambda items: ([item] for item in items), max_minutes=0)
+    clock.now += 10**6
+    assert list(unlimited(range(3))) == [[0], [1], [2]]
+
+
+def test_ner_trf_training_ends_when_its_minutes_are_spent(tiny_bert, tmp_path, monkeypatch):
+    """spaCy's own loop on configs/ner_trf.cfg: with the clock at a minute a step it stops after the budget's steps,
+    far short of max_steps and of its (finite) epochs, and saves the model."""
+    import io
+    from pathlib import Path
+
+    from spacy.tokens import DocBin
+    from spacy.training.initialize import init_nlp
+    from spacy.training.loop import train
+    from spacy.util import load_config, registry
+
+    import spacy_conceptnorm.budget as budget
+
+    vocab = spacy.blank("en")
+    DocBin(docs=[doc_with(vocab, ["hereditary breast cancer", "anemia", "diabetes"])]).to_disk(tmp_path / "c.spacy")
+    steps = []
+    registry.callbacks.register(
+        "spacy_conceptnorm_test.count_steps.v1", func=lambda: lambda nlp, args: steps.append(args["step"])
+    )
+    overrides = {
+        "paths.train": str(tmp_path / "c.spacy"), "paths.dev": str(tmp_path / "c.spacy"),
+        "paths.transformer": str(tiny_bert), "system.cpu_precision": "fp32", "system.max_minutes": 4,
+        "training.before_update": {"@callbacks": "spacy_conceptnorm_test.count_steps.v1"},
+    }  # fmt: skip
+    config = load_config(Path(__file__).parents[1] / "configs" / "ner_trf.cfg", overrides=overrides)
+    assert config["training"]["max_epochs"] > 0  # 0 (no end): once the time is up the loop would spin forever
+    monkeypatch.setattr(budget, "_now", _Clock(step=30))  # each step reads it twice: batcher and schedule
+    nlp = init_nlp(config)
+    (tmp_path / "out").mkdir()
+    train(nlp, tmp_path / "out", stdout=io.StringIO(), stderr=io.StringIO())
+    assert 3 <= len(steps) <= 5  # one abstract a step: without the budget, 20 epochs = 20 steps
+    assert (tmp_path / "out" / "model-last" / "config.cfg").exists()

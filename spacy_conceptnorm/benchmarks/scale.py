@@ -251,7 +251,7 @@ def real_vectors(pipeline: Path, dev: Path, specs: list[str]) -> list[dict]:
     docs = DocBin().from_disk(dev).get_docs(nlp.vocab)
     texts = sorted({searcher.kb.normalizer(ent.text) for doc in docs for ent in doc.ents} - {""})
     queries = searcher.query_vectors(texts)
-    rows = searcher._name_row[searcher.kb.name_ids(ONTOLOGY)]
+    rows = searcher.name_rows[searcher.kb.name_ids(ONTOLOGY)]
     results, reference = [], None
     for spec in ["exact", *[s for s in specs if s.split("@")[0] != "exact"]]:
         index_type, _, settings = spec.partition("@")
