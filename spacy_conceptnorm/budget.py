@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from spacy.util import registry
+from thinc.api import warmup_linear
 
 _now = time.monotonic
 _started = _now()
@@ -74,17 +75,7 @@ def warmup_linear_until(
     total_steps (int): The step at which the rate reaches 0. max_minutes (float): The training's wall-time budget.
     """
     _restart_clock()
-    return _rates(initial_rate, warmup_steps, total_steps, max_minutes)
-
-
-def _rates(initial_rate: float, warmup_steps: int, total_steps: int, max_minutes: float) -> Iterator[float]:
-    step = 0
-    while True:
-        if step < warmup_steps:
-            factor = step / warmup_steps
-        else:
-            factor = (total_steps - step) / max(1, total_steps - warmup_steps)
-        if max_minutes:
-            factor = min(factor, 1 - _minutes_elapsed() / max_minutes)
-        yield initial_rate * max(0.0, factor)
-        step += 1
+    rates = warmup_linear(initial_rate, warmup_steps, total_steps)
+    if not max_minutes:
+        return rates
+    return (min(rate, initial_rate * max(0.0, 1 - _minutes_elapsed() / max_minutes)) for rate in rates)
