@@ -117,6 +117,23 @@ def test_dictionary_merge_rules(nlp):
     assert [e.text for e in fill(doc).ents] == ["breast", "anemia"]
 
 
+def test_dictionary_records_the_entities_it_added(nlp):
+    doc = nlp.make_doc("familial breast cancer and anemia")
+    matcher = DictionaryMatcher(nlp.vocab)
+    matcher.set_names(["breast cancer", "anemia"])
+    doc.ents = [Span(doc, 1, 2, label="Disease")]  # "breast": the longer match takes its place
+    assert [e.text for e in matcher(doc).spans["dictionary"]] == ["breast cancer", "anemia"]
+    doc.ents = [Span(doc, 1, 3, label="Disease")]  # "breast cancer" from the recognizer too: its entity
+    assert [e.text for e in matcher(doc).ents] == ["breast cancer", "anemia"]
+    assert [e.text for e in doc.spans["dictionary"]] == ["anemia"]
+    unrecorded = DictionaryMatcher(nlp.vocab, spans_key=None)
+    unrecorded.set_names(["anemia"])
+    plain = unrecorded(nlp.make_doc("anemia"))
+    assert [e.text for e in plain.ents] == ["anemia"] and "dictionary" not in plain.spans
+    found_nothing = matcher(nlp.make_doc("fever"))
+    assert "dictionary" in found_nothing.spans and len(found_nothing.spans["dictionary"]) == 0
+
+
 def test_dictionary_keeps_names_precise_on_training_docs(nlp):
     train = nlp.make_doc("The disease anemia . Another disease . Cancer and anemia .")
     train.ents = [Span(train, 2, 3, label="Disease"), Span(train, 9, 10, label="Disease")]  # both "anemia"
@@ -143,6 +160,43 @@ def test_dictionary_round_trip(nlp, tmp_path):
     assert [e.text for e in loaded("Liver disease , anemia").ents] == ["Liver disease", "anemia"]
 
 
+def test_dictionary_and_link_filter_travel_through_to_bytes(nlp):
+    make_matcher(nlp, ["anemia", "liver disease"], merge="fill")
+    nlp.add_pipe("link_filter", config={"min_confidence": 0.5})
+    nlp.get_pipe("link_filter").min_confidence_dictionary = 0.9  # set after construction, as calibrate does
+    data = nlp.to_bytes()
+    other = spacy.blank("en")
+    other.add_pipe("dictionary_matcher")
+    other.add_pipe("link_filter")
+    other.from_bytes(data)
+    assert other.get_pipe("dictionary_matcher").names == ["anemia", "liver disease"]
+    assert other.get_pipe("dictionary_matcher").cfg["merge"] == "fill"
+    assert [e.text for e in other("Liver disease , anemia").ents] == ["Liver disease", "anemia"]
+    assert (other.get_pipe("link_filter").min_confidence, other.get_pipe("link_filter").min_confidence_dictionary) == (
+        0.5,
+        0.9,
+    )
+    with pytest.raises(ConceptNormError, match="E411"):
+        DictionaryMatcher(nlp.vocab).from_bytes(b"not json")
+    with pytest.raises(ConceptNormError, match="E412"):
+        LinkFilter().from_bytes(b'{"min_confidence": 2.0, "drop_nil": false}')
+
+
+def test_link_filter_settings_on_disk(nlp, tmp_path):
+    link_filter = nlp.add_pipe("link_filter", config={"min_confidence": 0.5})
+    link_filter.min_confidence_dictionary = 0.9
+    nlp.to_disk(tmp_path / "p")
+    assert spacy.load(tmp_path / "p").get_pipe("link_filter").min_confidence_dictionary == 0.9
+    other = spacy.blank("en")
+    other.add_pipe("link_filter")
+    assert other.from_disk(tmp_path / "p").get_pipe("link_filter").min_confidence_dictionary == 0.9
+    (tmp_path / "p" / "link_filter" / "cfg").unlink()  # saved before the file was: the config's settings
+    assert spacy.load(tmp_path / "p").get_pipe("link_filter").min_confidence == 0.5
+    (tmp_path / "p" / "link_filter" / "cfg").write_text('{"min_confidence": 0.5}')
+    with pytest.raises(ConceptNormError, match=r"E412.*link_filter/cfg"):
+        spacy.load(tmp_path / "p")
+
+
 def test_dictionary_bad_settings_and_files(nlp, tmp_path):
     with pytest.raises(ConceptNormError, match="E410"):
         DictionaryMatcher(nlp.vocab, merge="union")
@@ -165,6 +219,21 @@ def test_link_filter_drops_unconfident_and_nil(nlp):
     assert [e.text for e in link_filter(doc).ents] == ["anemia", "pain"]  # no confidence: not looked at, kept
     with pytest.raises(ConceptNormError, match="E410"):
         nlp.add_pipe("link_filter", name="bad", config={"min_confidence": -0.1})
+
+
+def test_link_filter_holds_the_dictionarys_entities_to_their_own_threshold(nlp):
+    doc = nlp.make_doc("anemia and fever")
+    doc.ents = [Span(doc, 0, 1, label="Disease", kb_id="D1"), Span(doc, 2, 3, label="Disease", kb_id="D2")]
+    for ent in doc.ents:
+        ent._.kb_confidence = 0.7
+    doc.spans["dictionary"] = [doc.ents[1]]  # "fever": the dictionary_matcher added it
+    strict = LinkFilter(min_confidence=0.5, min_confidence_dictionary=0.9)
+    assert [e.text for e in strict(doc.copy()).ents] == ["anemia"]
+    assert [e.text for e in LinkFilter(min_confidence=0.5)(doc.copy()).ents] == ["anemia", "fever"]  # one for all
+    other_key = LinkFilter(min_confidence=0.5, min_confidence_dictionary=0.9, spans_key="elsewhere")
+    assert [e.text for e in other_key(doc.copy()).ents] == ["anemia", "fever"]
+    with pytest.raises(ConceptNormError, match="E410.*min_confidence_dictionary"):
+        nlp.add_pipe("link_filter", name="bad", config={"min_confidence_dictionary": 1.5})
 
 
 def test_dictionary_initialize_from_gold_docs(nlp, fixtures, kb):
@@ -222,8 +291,9 @@ class _FakeNormalizer:
             return gold_id == concept_id
 
 
-def _tune_on(nlp, monkeypatch, text, predicted, gold_ents, grid, name):
-    """Tune a link_filter after a fake recognizer+linker: predicted {token: (id, confidence)}, gold [(token, id)]."""
+def _tune_on(nlp, monkeypatch, text, predicted, gold_ents, grid, name, dictionary=()):
+    """Tune a link_filter after a fake recognizer+linker: predicted {token: (id, confidence)}, gold [(token, id)],
+    `dictionary`: the tokens whose entities the dictionary added."""
     from spacy.language import Language
 
     from spacy_conceptnorm.evaluation import recognition
@@ -233,6 +303,7 @@ def _tune_on(nlp, monkeypatch, text, predicted, gold_ents, grid, name):
         doc.ents = [Span(doc, i, i + 1, label="Disease", kb_id=cid) for i, (cid, _) in predicted.items()]
         for ent in doc.ents:
             ent._.kb_confidence = predicted[ent.start][1]
+        doc.spans["dictionary"] = [ent for ent in doc.ents if ent.start in dictionary]
         return doc
 
     nlp.add_pipe(name)
@@ -271,6 +342,30 @@ def test_tune_link_filter_weighs_the_entities_it_would_drop(nlp, monkeypatch):
     assert result["min_confidence"] == 0.0
     assert nlp.get_pipe("link_filter").min_confidence == 0.0
     assert [e.text for e in nlp(text).ents] == ["anemia", "fever", "cough"]
+
+
+def test_tune_link_filter_gives_the_dictionarys_entities_a_threshold_of_their_own(nlp, monkeypatch):
+    text = "anemia and fever and cough and pain"
+    predicted = {0: ("D1", 0.95), 2: ("D2", 0.6), 4: ("X", 0.7), 6: ("D4", 0.95)}
+    gold = [(0, "D1"), (2, "D2"), (6, "D4")]  # "cough", which the dictionary added, is no entity
+    result = _tune_on(nlp, monkeypatch, text, predicted, gold, (0.0, 0.5, 0.9), "fake_linked_ner_12c", {4, 6})
+    # one threshold for all: 0.0 and 0.5 keep all four (3 of 4 right: F1 6/7 twice), 0.9 keeps anemia and pain (P 1,
+    # R 2/3: 0.8 twice). The dictionary's at 0.9 drops "cough" alone: 3 of 3 (1.0 twice), with 0.0 or 0.5 for the
+    # recognizer's (a tie: the lower)
+    assert round(result["scores"]["0.0"]["ner"]["f"], 4) == round(6 / 7, 4)
+    assert round(result["scores"]["0.9"]["ner_linking"]["f"], 4) == 0.8
+    assert result["pairs"]["0.5,0.9"]["ner"]["f"] == result["pairs"]["0.0,0.9"]["ner_linking"]["f"] == 1.0
+    assert (result["min_confidence"], result["min_confidence_dictionary"]) == (0.0, 0.9)
+    assert nlp.get_pipe("link_filter").min_confidence_dictionary == 0.9
+    assert nlp.get_pipe_config("link_filter")["min_confidence_dictionary"] == 0.9
+    assert [e.text for e in nlp(text).ents] == ["anemia", "fever", "pain"]
+
+
+def test_tune_link_filter_without_dictionary_entities_keeps_one_threshold(nlp, monkeypatch):
+    text = "anemia and fever and cough"
+    predicted = {0: ("D1", 0.95), 2: ("D2", 0.6), 4: ("X", 0.3)}
+    result = _tune_on(nlp, monkeypatch, text, predicted, [(0, "D1"), (2, "D2")], (0.0, 0.5, 0.9), "fake_ner_12d")
+    assert (result["min_confidence"], result["min_confidence_dictionary"]) == (0.5, 0.5)
 
 
 def _trf_nlp(tiny_bert, precision: str):

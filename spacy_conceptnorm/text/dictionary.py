@@ -7,6 +7,10 @@ keeps the longest of overlapping matches and merges them with the entities alrea
 - `merge = "longest"`: of overlapping entities and matches, the longest span wins (ties: the entity);
 - `merge = "fill"`: a match is added only where no entity overlaps it.
 
+The entities it added (a match that became an entity where the recognizer had none with its exact span) are also
+kept in `doc.spans[spans_key]` ("dictionary"), as spaCy's `span_ruler` keeps its matches: `link_filter` can hold
+them to a higher confidence than the recognizer's own (`min_confidence_dictionary`).
+
 Many names are also ordinary words or parts of longer mentions ("disease", "cancer" in "breast cancer", gene names
 that are disease names too). `initialize` therefore measures each name on the training docs: a name matched there
 is kept only when at least `min_precision` of its matches are gold entities with exactly its span; a name never
@@ -30,6 +34,7 @@ from spacy.vocab import Vocab
 from ..corpus import read_docs
 from ..errors import ConceptNormError, Errors
 from ..kb import ONTOLOGY, KnowledgeBase
+from ..util import write_json
 
 MERGES = ("longest", "fill")
 NAMES_FILE = "names.json"
@@ -49,6 +54,7 @@ class DictionaryMatcher(Pipe):
         min_precision: float = 0.5,
         keep_unseen: bool = True,
         min_length: int = 2,
+        spans_key: str | None = "dictionary",
     ) -> None:
         """Initialize the component (it matches nothing until `initialize` or `from_disk` gives it names).
 
@@ -60,6 +66,7 @@ class DictionaryMatcher(Pipe):
         min_precision (float): The share of a name's matches in the training docs that must be gold entities.
         keep_unseen (bool): Keep the names never matched in the training docs.
         min_length (int): Names shorter than this many characters are left out.
+        spans_key (Optional[str]): The `doc.spans` key of the entities it added; None keeps no record.
         """
         if merge not in MERGES:
             raise ConceptNormError(
@@ -78,6 +85,7 @@ class DictionaryMatcher(Pipe):
             "min_precision": min_precision,
             "keep_unseen": keep_unseen,
             "min_length": min_length,
+            "spans_key": spans_key,
         }
         self.names: list[str] = []
         self.matcher = PhraseMatcher(vocab, attr=attr)
@@ -89,9 +97,8 @@ class DictionaryMatcher(Pipe):
         RETURNS (Doc): The same doc.
         """
         found = self.match(doc)
-        if not found:
-            return doc
         ents = list(doc.ents)
+        recognized = {(ent.start, ent.end) for ent in ents}
         if self.cfg["merge"] == "fill":
             taken = [False] * len(doc)
             for ent in ents:
@@ -99,7 +106,11 @@ class DictionaryMatcher(Pipe):
             ents += [span for span in found if not any(taken[span.start : span.end])]
         else:
             ents = filter_spans(ents + found)  # longest first; on a tie, the earlier in the list: the entity
-        doc.ents = sorted(ents)
+        if found:
+            doc.ents = sorted(ents)
+        if self.cfg["spans_key"] is not None:
+            matched = {(span.start, span.end) for span in found} - recognized
+            doc.spans[self.cfg["spans_key"]] = [ent for ent in doc.ents if (ent.start, ent.end) in matched]
         return doc
 
     def match(self, doc: Doc) -> list[Span]:
@@ -161,19 +172,40 @@ class DictionaryMatcher(Pipe):
         return English(vocab=self.vocab).tokenizer
 
     def to_disk(self, path: str | Path, *, exclude: Iterable[str] = ()) -> None:
-        """Save the settings and the kept names into the directory `path`."""
+        """Save the settings and the kept names into the directory `path` (atomically)."""
         path = ensure_path(path)
         path.mkdir(parents=True, exist_ok=True)
-        srsly.write_json(path / NAMES_FILE, {"cfg": self.cfg, "names": self.names})
+        write_json(path / NAMES_FILE, self._state())
 
     def from_disk(self, path: str | Path, *, exclude: Iterable[str] = ()) -> "DictionaryMatcher":
         """Load what `to_disk` saved; a missing or malformed file raises E411 naming it."""
         file = ensure_path(path) / NAMES_FILE
         try:
             data = srsly.read_json(file)
-            cfg, names = dict(data["cfg"]), list(data["names"])
-        except (OSError, ValueError, KeyError, TypeError) as e:
+        except (OSError, ValueError) as e:
             raise ConceptNormError(Errors.E411.format(path=file, detail=e)) from None
+        return self._set_state(data, file)
+
+    def to_bytes(self, *, exclude: Iterable[str] = ()) -> bytes:
+        """The settings and the kept names as a bytestring (what `to_disk` writes)."""
+        return srsly.json_dumps(self._state()).encode("utf8")
+
+    def from_bytes(self, bytes_data: bytes, *, exclude: Iterable[str] = ()) -> "DictionaryMatcher":
+        """Load what `to_bytes` gave; malformed data raises E411."""
+        try:
+            data = srsly.json_loads(bytes_data)
+        except ValueError as e:
+            raise ConceptNormError(Errors.E411.format(path="the bytes given", detail=e)) from None
+        return self._set_state(data, "the bytes given")
+
+    def _state(self) -> dict:
+        return {"cfg": self.cfg, "names": self.names}
+
+    def _set_state(self, data: object, source: object) -> "DictionaryMatcher":
+        try:
+            cfg, names = dict(data["cfg"]), list(data["names"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise ConceptNormError(Errors.E411.format(path=source, detail=e)) from None
         self.cfg.update(cfg)
         self.set_names(names)
         return self
@@ -214,6 +246,7 @@ def precision_counts(matcher: DictionaryMatcher, docs: Iterable[Doc]) -> tuple[C
         "min_precision": 0.5,
         "keep_unseen": True,
         "min_length": 2,
+        "spans_key": "dictionary",
     },
 )
 def make_dictionary_matcher(
@@ -225,6 +258,7 @@ def make_dictionary_matcher(
     min_precision: float,
     keep_unseen: bool,
     min_length: int,
+    spans_key: str | None,
 ) -> DictionaryMatcher:
     """Create a DictionaryMatcher (see its docstring for the settings)."""
     return DictionaryMatcher(
@@ -236,4 +270,5 @@ def make_dictionary_matcher(
         min_precision=min_precision,
         keep_unseen=keep_unseen,
         min_length=min_length,
+        spans_key=spans_key,
     )

@@ -3,7 +3,10 @@
 A span that the recognizer (or the dictionary) takes for a disease but that the linker cannot tie to a concept
 with confidence is more often a false entity than a true one out of the KB. `link_filter` removes from `doc.ents`
 every entity whose calibrated `ent._.kb_confidence` is below `min_confidence` (and, with `drop_nil`, every entity
-linked to NIL). Entities the linker did not look at (no confidence set) stay. The threshold is chosen on dev.
+linked to NIL). Entities the linker did not look at (no confidence set) stay. The entities that the
+`dictionary_matcher` added (its `doc.spans["dictionary"]`) can be held to a threshold of their own,
+`min_confidence_dictionary`: a KB name found in the text is a disease less often than a span the recognizer
+chose. Both thresholds are chosen on dev (`calibrate`).
 """
 
 from __future__ import annotations
@@ -11,31 +14,50 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
+import srsly
 from spacy.language import Language
 from spacy.tokens import Doc, Span
+from spacy.util import ensure_path
 
 from ..errors import ConceptNormError, Errors
+from ..util import write_json
 
 NIL = "NIL"
+CFG_FILE = "cfg"
 
 
 class LinkFilter:
     """Remove the entities the linker is not confident about (see the module docstring)."""
 
-    def __init__(self, name: str = "link_filter", *, min_confidence: float = 0.0, drop_nil: bool = False) -> None:
+    def __init__(
+        self,
+        name: str = "link_filter",
+        *,
+        min_confidence: float = 0.0,
+        drop_nil: bool = False,
+        min_confidence_dictionary: float | None = None,
+        spans_key: str = "dictionary",
+    ) -> None:
         """Initialize the component.
 
         name (str): The component's name.
         min_confidence (float): Entities whose `kb_confidence` is below this are dropped.
         drop_nil (bool): Also drop the entities linked to NIL.
+        min_confidence_dictionary (Optional[float]): The threshold of the entities in `doc.spans[spans_key]` (those
+            the dictionary_matcher added); None: `min_confidence`, as for every entity.
+        spans_key (str): The `doc.spans` key of the dictionary's entities.
         """
-        if not 0.0 <= min_confidence <= 1.0:
-            raise ConceptNormError(
-                Errors.E410.format(component=name, key="min_confidence", expected="in [0, 1]", value=min_confidence)
-            )
+        for key, value in (
+            ("min_confidence", min_confidence),
+            ("min_confidence_dictionary", min_confidence_dictionary),
+        ):
+            if value is not None and not 0.0 <= value <= 1.0:
+                raise ConceptNormError(Errors.E410.format(component=name, key=key, expected="in [0, 1]", value=value))
         self.name = name
         self.min_confidence = min_confidence
         self.drop_nil = drop_nil
+        self.min_confidence_dictionary = min_confidence_dictionary
+        self.spans_key = spans_key
 
     def __call__(self, doc: Doc) -> Doc:
         """Apply the component to a linked doc.
@@ -43,32 +65,102 @@ class LinkFilter:
         doc (Doc): The document, with `concept_normalizer` applied.
         RETURNS (Doc): The same doc, its unconfident entities removed.
         """
-        kept = [ent for ent in doc.ents if self.keeps(ent)]
+        added = dictionary_offsets(doc, self.spans_key)
+        kept = [ent for ent in doc.ents if self.keeps(ent, (ent.start, ent.end) in added)]
         if len(kept) < len(doc.ents):
             doc.ents = kept
         return doc
 
-    def keeps(self, ent: Span) -> bool:
-        """Whether an entity stays."""
+    def keeps(self, ent: Span, from_dictionary: bool = False) -> bool:
+        """Whether an entity stays (`from_dictionary`: the dictionary_matcher added it)."""
         confidence = ent._.kb_confidence if Span.has_extension("kb_confidence") else None
         if self.drop_nil and ent.kb_id_ == NIL:
             return False
-        return confidence is None or confidence >= self.min_confidence
+        threshold = self.min_confidence
+        if from_dictionary and self.min_confidence_dictionary is not None:
+            threshold = self.min_confidence_dictionary
+        return confidence is None or confidence >= threshold
 
     def to_disk(self, path: str | Path, *, exclude: Iterable[str] = ()) -> None:
-        """Nothing to save: the settings are in the pipeline's config."""
+        """Save the settings (also in the pipeline's config) to `path`/cfg, atomically."""
+        path = ensure_path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        write_json(path / CFG_FILE, self.settings())
 
     def from_disk(self, path: str | Path, *, exclude: Iterable[str] = ()) -> LinkFilter:
-        """Nothing to load: the settings are in the pipeline's config."""
+        """Load the settings `to_disk` saved (a pipeline saved before they were has none: the config's stay)."""
+        file = ensure_path(path) / CFG_FILE
+        if not file.exists():
+            return self
+        try:
+            data = srsly.read_json(file)
+        except ValueError as e:
+            raise ConceptNormError(Errors.E412.format(path=file, detail=e)) from None
+        return self._set_settings(data, file)
+
+    def to_bytes(self, *, exclude: Iterable[str] = ()) -> bytes:
+        """The settings as a bytestring."""
+        return srsly.json_dumps(self.settings()).encode("utf8")
+
+    def from_bytes(self, bytes_data: bytes, *, exclude: Iterable[str] = ()) -> LinkFilter:
+        """Load the settings `to_bytes` gave."""
+        try:
+            data = srsly.json_loads(bytes_data)
+        except ValueError as e:
+            raise ConceptNormError(Errors.E412.format(path="the bytes given", detail=e)) from None
+        return self._set_settings(data, "the bytes given")
+
+    def settings(self) -> dict:
+        """The component's settings, as its factory takes them."""
+        return {
+            "min_confidence": self.min_confidence,
+            "drop_nil": self.drop_nil,
+            "min_confidence_dictionary": self.min_confidence_dictionary,
+            "spans_key": self.spans_key,
+        }
+
+    def _set_settings(self, data: object, source: object) -> LinkFilter:
+        if not isinstance(data, dict) or set(data) != set(self.settings()):
+            raise ConceptNormError(
+                Errors.E412.format(path=source, detail=f"expected the keys {sorted(self.settings())}")
+            )
+        try:
+            loaded = LinkFilter(self.name, **data)
+        except (ConceptNormError, TypeError) as e:
+            raise ConceptNormError(Errors.E412.format(path=source, detail=e)) from None
+        self.__dict__.update(loaded.__dict__)
         return self
+
+
+def dictionary_offsets(doc: Doc, spans_key: str) -> set[tuple[int, int]]:
+    """The (start, end) token offsets of the entities the dictionary_matcher added to `doc` (none without a record)."""
+    return {(span.start, span.end) for span in doc.spans[spans_key]} if spans_key in doc.spans else set()
 
 
 @Language.factory(
     "link_filter",
     requires=["doc.ents"],
     assigns=["doc.ents"],
-    default_config={"min_confidence": 0.0, "drop_nil": False},
+    default_config={
+        "min_confidence": 0.0,
+        "drop_nil": False,
+        "min_confidence_dictionary": None,
+        "spans_key": "dictionary",
+    },
 )
-def make_link_filter(nlp: Language, name: str, min_confidence: float, drop_nil: bool) -> LinkFilter:
+def make_link_filter(
+    nlp: Language,
+    name: str,
+    min_confidence: float,
+    drop_nil: bool,
+    min_confidence_dictionary: float | None,
+    spans_key: str,
+) -> LinkFilter:
     """Create a LinkFilter (see its docstring for the settings)."""
-    return LinkFilter(name, min_confidence=min_confidence, drop_nil=drop_nil)
+    return LinkFilter(
+        name,
+        min_confidence=min_confidence,
+        drop_nil=drop_nil,
+        min_confidence_dictionary=min_confidence_dictionary,
+        spans_key=spans_key,
+    )
