@@ -15,6 +15,8 @@ dictionary's, 84.29 / 77.58 without them; the run all of 79ccf69 on a 2-core AVX
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from spacy.language import Language
 from spacy.tokens import Doc, Span
 
@@ -43,12 +45,17 @@ def tune_link_filter(nlp: Language, dev_docs: list[Doc], grid: tuple[float, ...]
     with nlp.select_pipes(disable=[n for n, _ in filters]):
         predicted = list(nlp.pipe(doc.text for doc in dev_docs))
 
-    def keep(ent: Span, threshold: float, dictionary: float) -> bool:
-        from_dictionary = (ent.start, ent.end) in dictionary_offsets(ent.doc, link_filter.spans_key)
-        return ent._.kb_confidence is None or ent._.kb_confidence >= (dictionary if from_dictionary else threshold)
+    def keep(trial: LinkFilter) -> Callable[[Span], bool]:
+        return lambda ent: trial.keeps(ent, (ent.start, ent.end) in dictionary_offsets(ent.doc, trial.spans_key))
 
+    spans_key = link_filter.spans_key
     scores = {
-        (t, d): score_docs(dev_docs, predicted, kb, keep=lambda ent, t=t, d=d: keep(ent, t, d))
+        (t, d): score_docs(
+            dev_docs,
+            predicted,
+            kb,
+            keep=keep(LinkFilter(min_confidence=t, min_confidence_dictionary=d, spans_key=spans_key)),
+        )
         for t in grid
         for d in grid
     }

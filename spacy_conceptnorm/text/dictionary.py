@@ -97,16 +97,16 @@ class DictionaryMatcher(Pipe):
         RETURNS (Doc): The same doc.
         """
         found = self.match(doc)
-        ents = list(doc.ents)
-        recognized = {(ent.start, ent.end) for ent in ents}
-        if self.cfg["merge"] == "fill":
-            taken = [False] * len(doc)
-            for ent in ents:
-                taken[ent.start : ent.end] = [True] * len(ent)
-            ents += [span for span in found if not any(taken[span.start : span.end])]
-        else:
-            ents = filter_spans(ents + found)  # longest first; on a tie, the earlier in the list: the entity
+        recognized = {(ent.start, ent.end) for ent in doc.ents}
         if found:
+            ents = list(doc.ents)
+            if self.cfg["merge"] == "fill":
+                taken = [False] * len(doc)
+                for ent in ents:
+                    taken[ent.start : ent.end] = [True] * len(ent)
+                ents += [span for span in found if not any(taken[span.start : span.end])]
+            else:
+                ents = filter_spans(ents + found)  # longest first; on a tie, the earlier in the list: the entity
             doc.ents = sorted(ents)
         if self.cfg["spans_key"] is not None:
             matched = {(span.start, span.end) for span in found} - recognized
