@@ -256,6 +256,9 @@ def train_ranker(
     to: Path = typer.Option(None, "--to", help="Save the pipeline with its trained ranker here (default: MODEL)"),
     folds: int = typer.Option(5, help="Folds of the train documents (each linked without its own mentions)"),
     seed: int = typer.Option(0, help="Seed of the folds and of the pair scorers"),
+    alpha: float = typer.Option(
+        0.05, min=0.0, max=1.0, help="Level of the dev sign test the ranker must pass to reorder (1.0: any net win)"
+    ),
     output: Path = typer.Option(None, "--output", "-o", help="Also write the training report here (JSON)"),
 ) -> None:
     """Train the concept_normalizer's second-stage ranker on the train mentions and save it into the pipeline."""
@@ -266,7 +269,8 @@ def train_ranker(
     from .util import write_json
 
     nlp = load_pipeline(model)
-    report = run(nlp, read_gold_docs(nlp, train), read_gold_docs(nlp, dev) if dev else [], folds, seed, typer.echo)
+    dev_docs = read_gold_docs(nlp, dev) if dev else []
+    report = run(nlp, read_gold_docs(nlp, train), dev_docs, folds, seed, typer.echo, alpha)
     save(nlp, to or model)
     if output is not None:
         write_json(output, report)

@@ -25,7 +25,7 @@ from spacy_conceptnorm.ranking.lexical import LexicalIndex, row_top, row_values
 from spacy_conceptnorm.ranking.pair_scorer import FitReport, PairScorer
 from spacy_conceptnorm.ranking.ranker import Ranker, fit_conditional_logit
 from spacy_conceptnorm.search import SieveSearcher
-from spacy_conceptnorm.training.ranker import ranking_examples, recall_at, train_ranker
+from spacy_conceptnorm.training.ranker import ranking_examples, recall_at, reorder_test, train_ranker
 
 from .fake_encoder import TrigramEncoder
 
@@ -252,9 +252,12 @@ def test_train_ranker_on_folds_then_link_and_save(train_docs, test_docs, kb, tmp
 
 def test_train_ranker_keeps_reordering_only_when_dev_says_it_helps(train_docs, test_docs, kb, tmp_path):
     nlp, normalizer = linker_pipeline(train_docs, kb)
-    report = train_ranker(nlp, train_docs, test_docs, folds=3, log=lambda _: None)
+    report = train_ranker(nlp, train_docs, test_docs, folds=3, log=lambda _: None, alpha=1.0)
     dev = report["dev"]
     assert report["reorder"] is (dev["ranker_acc1"] > dev["sieve_acc1"]) is normalizer.ranker.reorder
+    sign = dev["sign_test"]
+    assert sign["alpha"] == 1.0
+    assert round((dev["ranker_acc1"] - dev["sieve_acc1"]) * dev["examples"]) == sign["wins"] - sign["losses"]
     ranker = normalizer.ranker
     examples = ranking_examples(nlp, test_docs, folds=1, log=lambda _: None)
     sets = [e.candidates for e in examples]
@@ -282,6 +285,24 @@ def test_train_ranker_keeps_reordering_only_when_dev_says_it_helps(train_docs, t
     assert ranker.reorder is True
     with pytest.raises(ConceptNormError, match="E004"):
         ranker.weights_from_dict({**data, "reorder": "no"})
+
+
+def test_reorder_test_is_an_exact_one_sided_sign_test():
+    def hits(wins, losses, both=5, neither=3):
+        sieve = [False] * wins + [True] * losses + [True] * both + [False] * neither
+        ranker = [True] * wins + [False] * losses + [True] * both + [False] * neither
+        return sieve, ranker
+
+    # 13 against 12 of 25 differing queries: P(X >= 13 | n=25, 1/2) = 1/2 exactly, a coin flip
+    assert reorder_test(*hits(13, 12)) == {"wins": 13, "losses": 12, "p_value": 0.5, "reorder": False}
+    # 9 against 1: (C(10,9) + C(10,10)) / 2**10 = 11/1024
+    assert reorder_test(*hits(9, 1)) == {"wins": 9, "losses": 1, "p_value": 0.010742, "reorder": True}
+    # 8 against 2: (45 + 10 + 1) / 1024 = 0.0547, above 0.05; alpha 1.0 keeps any net win, never a tie
+    assert reorder_test(*hits(8, 2))["reorder"] is False
+    assert reorder_test(*hits(8, 2), alpha=0.06)["reorder"] is True
+    assert reorder_test(*hits(13, 12), alpha=1.0)["reorder"] is True
+    assert reorder_test(*hits(4, 4), alpha=1.0)["reorder"] is False
+    assert reorder_test(*hits(0, 0)) == {"wins": 0, "losses": 0, "p_value": 1.0, "reorder": False}
 
 
 def test_nil_is_decided_on_confidence(train_docs, kb):
