@@ -151,7 +151,8 @@ def reorder_test(sieve_hits: list[bool], ranker_hits: list[bool], alpha: float =
     wins = sum(r and not s for s, r in zip(sieve_hits, ranker_hits))
     losses = sum(s and not r for s, r in zip(sieve_hits, ranker_hits))
     p_value = binomtest(wins, wins + losses, 0.5, alternative="greater").pvalue if wins + losses else 1.0
-    reorder = bool(wins > losses and (alpha >= 1.0 or p_value < alpha))
+    # a net win has p <= 1/2, so alpha 1.0 keeps any net win; a tie never reorders
+    reorder = bool(wins > losses and p_value < alpha)
     return {"wins": wins, "losses": losses, "p_value": round(float(p_value), 6), "reorder": reorder}
 
 
