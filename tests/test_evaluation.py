@@ -23,6 +23,7 @@ from spacy_conceptnorm.evaluation.report import headline as headline_of
 from spacy_conceptnorm.evaluation.report import markdown, write_report
 from spacy_conceptnorm.kb import DOMAIN, Concept, KnowledgeBase, load_kb
 from spacy_conceptnorm.ranking.linker import Linker
+from spacy_conceptnorm.ranking.ranker import Ranker
 from spacy_conceptnorm.search import ALL_STRATEGIES, SieveSearcher
 
 from .fake_encoder import TrigramEncoder
@@ -141,6 +142,30 @@ def test_holding_out_hides_a_concept_before_the_sieve_decides():
         evidence = linker.link(["Colorectal Cancer"])[0].evidence
     assert evidence["exact"] == 0.0 and evidence["mention_left"] == 0.5  # "colorectal" is not in "Cancer"
     assert linker.link(["Colorectal Cancer"])[0].evidence["exact"] == 1.0
+
+
+def test_link_evidence_carries_the_answering_concepts_prior_unless_the_mention_is_a_known_name():
+    kb = KnowledgeBase()
+    kb.add_concept(Concept("D015179", "Colorectal Neoplasms"), ["Colorectal Cancer"])
+    kb.add_concept(Concept("D009369", "Neoplasms"), ["Cancer", "Tumor"])
+    kb.add_names([("CRC", "D015179"), ("bowel cancer", "D015179")], DOMAIN)
+    searcher = SieveSearcher(kb, TrigramEncoder(), strategy="D-T+OD-T", threshold=0.95, top_k=2)
+    searcher.build()
+    ranker = Ranker()
+    ranker.counts = {"D015179": 6}  # six training mentions annotated with it
+    crc, colorectal, tumors = Linker(searcher, ranker).link(["CRC", "colorectal cancers", "tumors"])
+    assert [m.candidates[0][0] for m in (crc, colorectal, tumors)] == ["D015179", "D015179", "D009369"]
+    # D015179: 4 names (2 ontology, 2 domain), 6 annotations; D009369: 3 names, none annotated
+    assert colorectal.evidence["names"] == pytest.approx(1.609438)
+    assert colorectal.evidence["count_prior"] == pytest.approx(1.945910)
+    assert tumors.evidence["names"] == pytest.approx(1.386294) and tumors.evidence["count_prior"] == 0.0
+    assert crc.evidence["exact"] == 1.0 and crc.evidence["names"] == crc.evidence["count_prior"] == 0.0
+    assert Linker(searcher).link(["colorectal cancers"])[0].evidence["count_prior"] == 0.0  # no ranker's counts
+    linker = Linker(searcher)
+    linker.link(["colorectal cancers"])
+    kb.remove_names([("bowel cancer", "D015179")], DOMAIN)
+    linker.changed()
+    assert linker.link(["colorectal cancers"])[0].evidence["names"] == pytest.approx(1.386294)  # 3 names now
 
 
 def test_gold_mentions_refined_set_and_end_to_end_by_hand(nlp):

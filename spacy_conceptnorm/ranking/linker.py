@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Sequence
 
+import numpy as np
+
 from ..search import Match, SieveSearcher
 from .candidates import CandidateGenerator, CandidateSet
 from .confidence import Confidence
@@ -31,6 +33,7 @@ class Linker:
         self._cache: OrderedDict[str, Match] = OrderedDict()
         self._cache_state: tuple | None = None
         self.cache_hits = self.cache_lookups = 0
+        self._name_counts: np.ndarray | None = None  # names per concept index, counted when first needed
         self.generator = None
         if ranker is not None:
             self.generator = CandidateGenerator(searcher, ranker.lexical_k, ngram_range=ranker.ngram_range)
@@ -48,6 +51,7 @@ class Linker:
     def changed(self) -> None:
         """The searcher's names changed (synonyms added or removed)."""
         self._cache.clear()
+        self._name_counts = None
         if self.generator is not None:
             self.generator.sync()
 
@@ -57,7 +61,7 @@ class Linker:
         ranker = (
             None if r is None else (r.is_fitted, r.reorder, r.fast_path, id(r.weights), r.dense_k, r.lexical_k, r.model)
         )
-        return (s.strategy, s.threshold, s.top_k, s.hidden, ranker)
+        return (s.strategy, s.threshold, s.top_k, s.hidden, ranker, None if r is None else id(r.counts))
 
     def candidate_sets(self, keys: Sequence[str]) -> list[CandidateSet]:
         """Candidate sets of distinct normalized queries (for training and inspection)."""
@@ -102,6 +106,7 @@ class Linker:
             mentions = [texts[first[k]] for k in rest]
             ctx = [contexts[first[k]] if contexts else "" for k in rest]
             answers.update(zip(rest, self.ranker.rerank(sets, mentions, ctx, self.searcher.top_k)))
+        self._add_prior([answers[k] for k in unique])
         if cacheable:
             for key in unique:
                 self._cache[key] = answers[key]
@@ -112,6 +117,25 @@ class Linker:
             match.confidence = float(prob)
         linked = dict(zip(first, matches))
         return [linked.get(k, Match(confidence=0.0)) for k in keys]
+
+
+    def _add_prior(self, matches: Sequence[Match]) -> None:
+        """Add the answering concept's prior to the evidence of each match whose mention is no known name:
+        `count_prior`, log(1 + its annotated training mentions, the ranker's counts; 0 without a ranker), and
+        `names`, log(1 + its names in the KB). A known name's answer gets 0 for both: it needs no prior, and two
+        known names (a mention and its long form) are then still told apart by their own evidence, not by which
+        concept is the more frequent."""
+        kb = self.searcher.kb
+        if self._name_counts is None:
+            self._name_counts = np.bincount(kb.links()[1], minlength=len(kb))
+        counts = self.ranker.counts if self.ranker is not None else {}
+        for match in matches:
+            if match.evidence and match.candidates:
+                top, known = match.candidates[0][0], match.evidence["exact"] > 0
+                index = kb.concepts.index(top)
+                names = self._name_counts[index] if index >= 0 and not known else 0
+                match.evidence["count_prior"] = 0.0 if known else float(np.log1p(counts.get(top, 0)))
+                match.evidence["names"] = float(np.log1p(names))
 
 
 def _copy(match: Match) -> Match:
