@@ -118,7 +118,6 @@ class Linker:
         linked = dict(zip(first, matches))
         return [linked.get(k, Match(confidence=0.0)) for k in keys]
 
-
     def _add_prior(self, matches: Sequence[Match]) -> None:
         """Add the answering concept's prior to the evidence of each match whose mention is no known name:
         `count_prior`, log(1 + its annotated training mentions, the ranker's counts; 0 without a ranker), and
