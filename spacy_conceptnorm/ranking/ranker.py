@@ -210,7 +210,8 @@ def _evidence(match: Match, cands: CandidateSet, probs: np.ndarray | None) -> Ma
 def sieve_evidence(match: Match, key: str, exact: bool) -> Match:
     """The evidence of a sieve answer for the normalized mention `key`: its top cosine, the margin to the
     runner-up, whether the mention is a known name (of a searchable concept), whether the domain stage answered,
-    and the word overlap of the mention and the answering name."""
+    and the word overlap of the mention and the answering name (the linker then adds the answering concept's prior:
+    `Linker._add_prior`)."""
     scores = [s for _, s in match.candidates]
     return _with_evidence(match, key, scores, scores[0] if scores else 0.0, exact)
 
