@@ -59,9 +59,11 @@ class Linker:
         """What a cached answer depends on besides the names (whose changes clear the cache)."""
         s, r = self.searcher, self.ranker
         ranker = (
-            None if r is None else (r.is_fitted, r.reorder, r.fast_path, id(r.weights), r.dense_k, r.lexical_k, r.model)
+            None
+            if r is None
+            else (r.is_fitted, r.reorder, r.fast_path, id(r.weights), id(r.counts), r.dense_k, r.lexical_k, r.model)
         )
-        return (s.strategy, s.threshold, s.top_k, s.hidden, ranker, None if r is None else id(r.counts))
+        return (s.strategy, s.threshold, s.top_k, s.hidden, ranker)
 
     def candidate_sets(self, keys: Sequence[str]) -> list[CandidateSet]:
         """Candidate sets of distinct normalized queries (for training and inspection)."""
@@ -125,16 +127,25 @@ class Linker:
         known names (a mention and its long form) are then still told apart by their own evidence, not by which
         concept is the more frequent."""
         kb = self.searcher.kb
-        if self._name_counts is None:
-            self._name_counts = np.bincount(kb.links()[1], minlength=len(kb))
         counts = self.ranker.counts if self.ranker is not None else {}
         for match in matches:
-            if match.evidence and match.candidates:
-                top, known = match.candidates[0][0], match.evidence["exact"] > 0
+            if not (match.evidence and match.candidates):
+                continue
+            annotated = names = 0
+            if not match.evidence["exact"]:
+                top = match.candidates[0][0]
                 index = kb.concepts.index(top)
-                names = self._name_counts[index] if index >= 0 and not known else 0
-                match.evidence["count_prior"] = 0.0 if known else float(np.log1p(counts.get(top, 0)))
-                match.evidence["names"] = float(np.log1p(names))
+                annotated = counts.get(top, 0)
+                names = self._names_per_concept()[index] if index >= 0 else 0
+            match.evidence["count_prior"] = float(np.log1p(annotated))
+            match.evidence["names"] = float(np.log1p(names))
+
+    def _names_per_concept(self) -> np.ndarray:
+        """The KB's names per concept index, counted from its link arrays once after each change of names."""
+        if self._name_counts is None:
+            kb = self.searcher.kb
+            self._name_counts = np.bincount(kb.links()[1], minlength=len(kb))
+        return self._name_counts
 
 
 def _copy(match: Match) -> Match:
