@@ -1,5 +1,6 @@
 """Helpers for the entity recognizer configs (`configs/ner*.cfg`): the transformer's name, the transformer model
-with bf16 autocast on CPU (`spacy_conceptnorm.TransformerModel.v1`), and the static word vectors of
+with bf16 autocast on CPU (`spacy_conceptnorm.TransformerModel.v1`), the recognizer that adds per-word affix
+features to it (`spacy_conceptnorm.TransitionBasedParserWithAffixes.v1`), and the static word vectors of
 `configs/ner_vectors.cfg` (`ner_vector_sentences`, `train_ner_vectors`).
 
 spacy-transformers' `TransformerModel` takes the model as `name`, a string: a Hugging Face id or a local directory.
@@ -21,7 +22,7 @@ from pathlib import Path
 import spacy
 import torch
 from spacy.util import registry
-from thinc.api import Model, chain
+from thinc.api import Model, chain, concatenate
 
 from .corpus import read_pubtator
 from .encoder import PACKAGED_MODEL, cpu_has_native_bf16, packaged_model_path
@@ -106,6 +107,36 @@ def tok2vec_transformer(
     )
     # a chain in a chain, as in Tok2VecTransformer.v3: the structure of a listener after replace_listener
     return chain(chain(transformer, split_trf_batch()), trfs2arrays(pooling, grad_factor))
+
+
+@registry.architectures("spacy_conceptnorm.TransitionBasedParserWithAffixes.v1")
+def parser_with_affixes(
+    tok2vec: Model,
+    affixes: Model,
+    state_type: str,
+    extra_state_tokens: bool,
+    hidden_width: int,
+    maxout_pieces: int,
+    use_upper: bool,
+    nO: int | None = None,
+) -> Model:
+    """spacy.TransitionBasedParser.v2 reading each token's vector from `tok2vec` (the transformer's listener)
+    concatenated with `affixes` (a small CNN over hash embeddings of the word's norm, prefix, suffix and shape).
+
+    The wordpieces of a general-English transformer split disease words at arbitrary places; the word's suffix
+    ("-emia", "-oma") and shape reach the recognizer whole through `affixes`. The listener stays at
+    `model.tok2vec`, where `replace_listeners = ["model.tok2vec"]` finds it. The other arguments are
+    TransitionBasedParser.v2's.
+
+    tok2vec (Model[List[Doc], List[Floats2d]]): The transformer's token vectors (a listener).
+    affixes (Model[List[Doc], List[Floats2d]]): The per-word features, e.g. spacy.Tok2Vec.v2 on
+        spacy.MultiHashEmbed.v2.
+    """
+    from spacy.ml.models.parser import build_tb_parser_model
+
+    return build_tb_parser_model(
+        concatenate(tok2vec, affixes), state_type, extra_state_tokens, hidden_width, maxout_pieces, use_upper, nO
+    )
 
 
 @registry.misc("spacy_conceptnorm.ner_steps.v1")
