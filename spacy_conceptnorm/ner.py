@@ -1,6 +1,6 @@
 """Helpers for the entity recognizer configs (`configs/ner*.cfg`): the transformer's name, the transformer model
-with bf16 autocast on CPU (`spacy_conceptnorm.TransformerModel.v1`), the recognizer that adds per-word affix
-features to it (`spacy_conceptnorm.TransitionBasedParserWithAffixes.v1`), and the static word vectors of
+with bf16 autocast on CPU (`spacy_conceptnorm.TransformerModel.v1`), a recognizer that also reads per-word affix
+features (`spacy_conceptnorm.TransitionBasedParserWithAffixes.v1`, an option), and the static word vectors of
 `configs/ner_vectors.cfg` (`ner_vector_sentences`, `train_ner_vectors`).
 
 spacy-transformers' `TransformerModel` takes the model as `name`, a string: a Hugging Face id or a local directory.
@@ -126,7 +126,8 @@ def parser_with_affixes(
     The wordpieces of a general-English transformer split disease words at arbitrary places; the word's suffix
     ("-emia", "-oma") and shape reach the recognizer whole through `affixes`. The listener stays at
     `model.tok2vec`, where `replace_listeners = ["model.tok2vec"]` finds it. The other arguments are
-    TransitionBasedParser.v2's.
+    TransitionBasedParser.v2's. An option, not in configs/ner_trf.cfg: +0.6 dev ENTS_F at equal steps, but a 2-core
+    CPU step costs 16% more, which lost within the recognizer's 30 minutes (README "Entity recognition").
 
     tok2vec (Model[List[Doc], List[Floats2d]]): The transformer's token vectors (a listener).
     affixes (Model[List[Doc], List[Floats2d]]): The per-word features, e.g. spacy.Tok2Vec.v2 on

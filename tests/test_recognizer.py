@@ -7,6 +7,7 @@ import pytest
 import spacy
 from spacy.tokens import Doc, Span
 from spacy.training import Example
+from transformers import AutoConfig
 
 from spacy_conceptnorm.errors import ConceptNormError
 from spacy_conceptnorm.evaluation.boundaries import boundary_errors
@@ -368,14 +369,38 @@ def test_tune_link_filter_without_dictionary_entities_keeps_one_threshold(nlp, m
     assert (result["min_confidence"], result["min_confidence_dictionary"]) == (0.5, 0.5)
 
 
-def _trf_nlp(tiny_bert, precision: str):
-    """configs/ner_trf.cfg on the tiny BERT with the given cpu_precision, initialized on one doc of TEXT."""
+AFFIXES = {
+    "@architectures": "spacy.Tok2Vec.v2",
+    "embed": {
+        "@architectures": "spacy.MultiHashEmbed.v2",
+        "width": 96,
+        "attrs": ["NORM", "PREFIX", "SUFFIX", "SHAPE"],
+        "rows": [5000, 1000, 2500, 2500],
+        "include_static_vectors": False,
+    },
+    "encode": {
+        "@architectures": "spacy.MaxoutWindowEncoder.v2",
+        "width": 96,
+        "depth": 2,
+        "window_size": 1,
+        "maxout_pieces": 3,
+    },
+}
+
+
+def _trf_nlp(tiny_bert, precision: str, affixes: bool = False):
+    """configs/ner_trf.cfg on the tiny BERT with the given cpu_precision, initialized on one doc of TEXT; `affixes`:
+    its recognizer as spacy_conceptnorm.TransitionBasedParserWithAffixes.v1 with the CNN of AFFIXES."""
     from pathlib import Path
 
     from spacy.util import load_config, load_model_from_config
 
     overrides = {"paths.transformer": str(tiny_bert), "components.transformer.model.cpu_precision": precision}
     config = load_config(Path(__file__).parents[1] / "configs" / "ner_trf.cfg", overrides=overrides, interpolate=True)
+    if affixes:
+        model = config["components"]["ner"]["model"]
+        model["@architectures"] = "spacy_conceptnorm.TransitionBasedParserWithAffixes.v1"
+        model["affixes"] = AFFIXES
     nlp = load_model_from_config(config, auto_fill=True)
     examples = [Example(nlp.make_doc(TEXT), doc_with(nlp, ["hereditary breast cancer", "anemia", "diabetes"]))]
     return nlp, examples, nlp.initialize(lambda: examples)
@@ -416,6 +441,47 @@ def test_transformer_model_runs_its_forward_pass_in_bf16_and_trains(tiny_bert, t
     tok2vec = sourced.config["components"]["ner"]["model"]["tok2vec"]
     assert (tok2vec["@architectures"], tok2vec["cpu_precision"]) == ("spacy_conceptnorm.Tok2VecTransformer.v1", "bf16")
     # the same bits: computed in bf16 as before (fp32 would differ in the last places)
+    assert np.array_equal(sourced.get_pipe("ner").model.get_ref("tok2vec").predict([doc])[0], vectors)
+
+
+def test_recognizer_reads_each_words_affixes_beside_the_transformer(tiny_bert, tmp_path):
+    nlp, examples, optimizer = _trf_nlp(tiny_bert, "fp32", affixes=True)
+    architecture = nlp.get_pipe_config("ner")["model"]["@architectures"]
+    assert architecture == "spacy_conceptnorm.TransitionBasedParserWithAffixes.v1"
+    features = nlp.get_pipe("ner").model.get_ref("tok2vec").layers[0]  # the parser's input, before its projection
+    listener, affixes = features.layers
+    hidden = AutoConfig.from_pretrained(tiny_bert).hidden_size
+    # a token's vector: the transformer's (pooled over its wordpieces), then the 96 of the affix CNN
+    assert (listener.get_dim("nO"), affixes.get_dim("nO"), features.get_dim("nO")) == (hidden, 96, hidden + 96)
+    doc = nlp.get_pipe("transformer")(nlp.make_doc(TEXT))
+    vectors = features.predict([doc])[0]
+    assert vectors.shape == (len(doc), hidden + 96)
+    tables = [node for node in affixes.walk() if node.name == "hashembed"]
+    assert len(tables) == 4  # NORM, PREFIX, SUFFIX, SHAPE
+    for table in tables:
+        table.set_param("E", table.ops.alloc2f(*table.get_param("E").shape))
+    emptied = features.predict([doc])[0]
+    assert np.array_equal(emptied[:, :hidden], vectors[:, :hidden])  # the transformer's part is untouched
+    assert not np.allclose(emptied[:, hidden:], vectors[:, hidden:])  # the affix part came from the tables
+
+    # trained, saved and sourced as `assemble` does (configs/pipeline.cfg: replace_listeners = ["model.tok2vec"])
+    for _ in range(3):
+        nlp.update(examples, sgd=optimizer)
+        optimizer.step_schedules()
+    nlp.to_disk(tmp_path / "ner")
+    loaded = spacy.load(tmp_path / "ner")
+    doc = loaded.get_pipe("transformer")(loaded.make_doc(TEXT))
+    vectors = loaded.get_pipe("ner").model.get_ref("tok2vec").predict([doc])[0]
+    loaded.replace_listeners("transformer", "ner", ["model.tok2vec"])
+    loaded.remove_pipe("transformer")
+    loaded.to_disk(tmp_path / "sourced")
+    sourced = spacy.load(tmp_path / "sourced")
+    model = sourced.config["components"]["ner"]["model"]
+    assert model["@architectures"] == "spacy_conceptnorm.TransitionBasedParserWithAffixes.v1"
+    assert (model["tok2vec"]["@architectures"], model["affixes"]["embed"]["width"]) == (
+        "spacy_conceptnorm.Tok2VecTransformer.v1",
+        96,
+    )
     assert np.array_equal(sourced.get_pipe("ner").model.get_ref("tok2vec").predict([doc])[0], vectors)
 
 
