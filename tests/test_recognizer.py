@@ -428,20 +428,29 @@ def test_transformer_model_runs_its_forward_pass_in_bf16_and_trains(tiny_bert, t
     assert losses["ner"] > 0 and torch.isfinite(torch.tensor(losses["ner"]))
     assert not torch.equal(before, weight.detach())  # gradients flowed back through the autocast forward pass
 
+    sourced, vectors, sourced_vectors = _sourced(nlp, tmp_path)
+    saved = spacy.util.load_config(tmp_path / "ner" / "config.cfg")
+    assert saved["components"]["transformer"]["model"]["cpu_precision"] == "bf16"
+    tok2vec = sourced.config["components"]["ner"]["model"]["tok2vec"]
+    assert (tok2vec["@architectures"], tok2vec["cpu_precision"]) == ("spacy_conceptnorm.Tok2VecTransformer.v1", "bf16")
+    # the same bits: computed in bf16 as before (fp32 would differ in the last places)
+    assert np.array_equal(sourced_vectors, vectors)
+
+
+def _sourced(nlp, tmp_path):
+    """`nlp` saved to tmp_path/ner and loaded, then its recognizer sourced as `spacy assemble` does
+    (configs/pipeline.cfg: replace_listeners = ["model.tok2vec"]: the listener becomes a copy of the transformer)
+    and saved to tmp_path/sourced and loaded. RETURNS: the sourced pipeline, and the recognizer's token vectors of
+    one doc of TEXT before the replacement (the listener reads doc._.trf_data) and after it."""
     nlp.to_disk(tmp_path / "ner")
     loaded = spacy.load(tmp_path / "ner")
-    assert loaded.config["components"]["transformer"]["model"]["cpu_precision"] == "bf16"
     doc = loaded.get_pipe("transformer")(loaded.make_doc(TEXT))
-    vectors = loaded.get_pipe("ner").model.get_ref("tok2vec").predict([doc])[0]  # the listener reads doc._.trf_data
-    # what `spacy assemble` does when it sources the recognizer: the listener becomes a copy of the transformer
+    before = loaded.get_pipe("ner").model.get_ref("tok2vec").predict([doc])[0]
     loaded.replace_listeners("transformer", "ner", ["model.tok2vec"])
     loaded.remove_pipe("transformer")
     loaded.to_disk(tmp_path / "sourced")
     sourced = spacy.load(tmp_path / "sourced")
-    tok2vec = sourced.config["components"]["ner"]["model"]["tok2vec"]
-    assert (tok2vec["@architectures"], tok2vec["cpu_precision"]) == ("spacy_conceptnorm.Tok2VecTransformer.v1", "bf16")
-    # the same bits: computed in bf16 as before (fp32 would differ in the last places)
-    assert np.array_equal(sourced.get_pipe("ner").model.get_ref("tok2vec").predict([doc])[0], vectors)
+    return sourced, before, sourced.get_pipe("ner").model.get_ref("tok2vec").predict([doc])[0]
 
 
 def test_recognizer_reads_each_words_affixes_beside_the_transformer(tiny_bert, tmp_path):
@@ -464,25 +473,18 @@ def test_recognizer_reads_each_words_affixes_beside_the_transformer(tiny_bert, t
     assert np.array_equal(emptied[:, :hidden], vectors[:, :hidden])  # the transformer's part is untouched
     assert not np.allclose(emptied[:, hidden:], vectors[:, hidden:])  # the affix part came from the tables
 
-    # trained, saved and sourced as `assemble` does (configs/pipeline.cfg: replace_listeners = ["model.tok2vec"])
+    # trained, saved and sourced as `assemble` does
     for _ in range(3):
         nlp.update(examples, sgd=optimizer)
         optimizer.step_schedules()
-    nlp.to_disk(tmp_path / "ner")
-    loaded = spacy.load(tmp_path / "ner")
-    doc = loaded.get_pipe("transformer")(loaded.make_doc(TEXT))
-    vectors = loaded.get_pipe("ner").model.get_ref("tok2vec").predict([doc])[0]
-    loaded.replace_listeners("transformer", "ner", ["model.tok2vec"])
-    loaded.remove_pipe("transformer")
-    loaded.to_disk(tmp_path / "sourced")
-    sourced = spacy.load(tmp_path / "sourced")
+    sourced, vectors, sourced_vectors = _sourced(nlp, tmp_path)
     model = sourced.config["components"]["ner"]["model"]
     assert model["@architectures"] == "spacy_conceptnorm.TransitionBasedParserWithAffixes.v1"
     assert (model["tok2vec"]["@architectures"], model["affixes"]["embed"]["width"]) == (
         "spacy_conceptnorm.Tok2VecTransformer.v1",
         96,
     )
-    assert np.array_equal(sourced.get_pipe("ner").model.get_ref("tok2vec").predict([doc])[0], vectors)
+    assert np.array_equal(sourced_vectors, vectors)
 
 
 def test_transformer_model_rejects_an_unknown_cpu_precision(tiny_bert):
