@@ -504,7 +504,8 @@ class ConceptNormalizer(Pipe):
             return srsly.msgpack_dumps({p.relative_to(root).as_posix(): p.read_bytes() for p in files})
 
     def _write_linker(self, path: Path) -> None:
-        """The second stage: ranker weights, confidence model, lexical index and trained pair scorers."""
+        """The second stage: ranker weights, confidence model, lexical index and trained pair scorers (the ranker's
+        and the confidence scorer)."""
         linker = self.linker
         write_json(path / "models.json", {
             "ranker": linker.ranker.weights_to_dict() if linker.ranker else None,
@@ -516,6 +517,8 @@ class ConceptNormalizer(Pipe):
                 f.write(linker.generator.lexical.to_bytes())
         for name, scorer in linker.ranker.scorers.items() if linker.ranker else ():
             scorer.to_disk(path / "scorers" / name)
+        if linker.ranker is not None and linker.ranker.confidence_scorer is not None:
+            linker.ranker.confidence_scorer.to_disk(path / "confidence_scorer")
 
     def _read_linker(self, path: Path) -> Linker:
         linker = self._new_linker()
@@ -541,6 +544,8 @@ class ConceptNormalizer(Pipe):
             for name, scorer in linker.ranker.scorers.items():
                 if (path / "scorers" / name).exists():
                     scorer.from_disk(path / "scorers" / name)
+            if linker.ranker.confidence_scorer is not None and (path / "confidence_scorer").exists():
+                linker.ranker.confidence_scorer.from_disk(path / "confidence_scorer")
         return linker
 
     def from_disk(self, path: str | Path, *, exclude: Iterable[str] = SimpleFrozenList()) -> "ConceptNormalizer":

@@ -498,3 +498,62 @@ def test_mention_and_long_form_ties_ignore_float_noise():
     better = ("angelman syndrome", Match([("D2", 0.97)], ["angelman syndrome"], "OD-T", {}, 1.0))
     weaker = ("AS", Match([("D1", 0.91)], ["as"], "OD-T", {}, 1.0))
     assert max([weaker, better], key=_preference)[0] == "angelman syndrome"  # same confidence: the higher score
+
+
+class NameLength(ShareOfLetters):
+    """A test confidence scorer: the name's length in characters / 100, times the fitted factor; it records the
+    (mention, names) pairs it is asked."""
+
+    name = "name_length"
+
+    def __init__(self):
+        super().__init__()
+        self.asked: list[tuple[str, tuple[str, ...]]] = []
+
+    def score(self, mentions, names, contexts=None):
+        self.asked.extend((m, tuple(ns)) for m, ns in zip(mentions, names))
+        return [np.array([self.factor * len(n) / 100 for n in ns]) for ns in names]
+
+
+@registry.misc("test.name_length.v1")
+def make_name_length() -> PairScorer:
+    return NameLength()
+
+
+def test_confidence_scorer_scores_answers_that_are_no_known_name(train_docs, test_docs, kb, tmp_path):
+    nlp = spacy.blank("en")
+    ranker = {"@misc": "spacy_conceptnorm.ranker.v1", "confidence_scorer": {"@misc": "test.name_length.v1"}}
+    normalizer = nlp.add_pipe("concept_normalizer", config={"ranker": ranker})
+    normalizer.encoder = TrigramEncoder()
+    normalizer.initialize(lambda: [Example(d, d) for d in train_docs], nlp=nlp, kb=kb)
+    report = train_ranker(nlp, train_docs, test_docs, folds=3, log=lambda _: None)
+    assert set(report["fit"]["coef"]) == {"dense", "tfidf", "count_prior"}  # evidence, not a ranking column
+    scorer = normalizer.ranker.confidence_scorer
+    assert scorer.factor == 2.0 and "confidence_scorer_seconds" in report
+    scorer.asked.clear()
+    unknown, known = normalizer.linker.link(["Colorectal tumours", "breast cancer"])
+    assert unknown.evidence["exact"] == 0.0 and known.evidence["exact"] == 1.0
+    # the normalized mention and the answering name, once; a known name is not asked and gets 0
+    assert scorer.asked == [("colorectal tumours", (unknown.names[0],))]
+    assert unknown.evidence["pair_score"] == pytest.approx(0.02 * len(unknown.names[0]))
+    assert known.evidence["pair_score"] == 0.0
+    # the confidence model reads the column only where the evidence has it
+    rng = np.random.default_rng(3)
+    evidence = [{"score": float(s), "pair_score": float(p)} for s, p in rng.uniform(size=(100, 2))]
+    correct = [e["pair_score"] > 0.5 for e in evidence]
+    with_scorer = Confidence().fit(evidence, correct)
+    assert "pair_score" in with_scorer.columns
+    low, high = with_scorer([{"score": 0.5, "pair_score": 0.1}, {"score": 0.5, "pair_score": 0.9}])
+    assert low < 0.5 < high
+    assert "pair_score" not in Confidence().fit([{"score": e["score"]} for e in evidence], correct).columns
+    # saved and loaded with the pipeline, on disk and as bytes
+    nlp.to_disk(tmp_path / "p")
+    assert (tmp_path / "p" / "concept_normalizer" / "linker" / "confidence_scorer" / "factor.txt").exists()
+    for loaded in (
+        spacy.load(tmp_path / "p").get_pipe("concept_normalizer"),
+        spacy.blank("en").from_config(nlp.config).get_pipe("concept_normalizer").from_bytes(normalizer.to_bytes()),
+    ):
+        assert loaded.ranker.confidence_scorer.factor == 2.0
+        loaded.searcher.encoder = TrigramEncoder()  # saved by reference only
+        again = loaded.linker.link(["Colorectal tumours"])[0]
+        assert again.evidence["pair_score"] == unknown.evidence["pair_score"]

@@ -108,7 +108,7 @@ class Linker:
             mentions = [texts[first[k]] for k in rest]
             ctx = [contexts[first[k]] if contexts else "" for k in rest]
             answers.update(zip(rest, self.ranker.rerank(sets, mentions, ctx, self.searcher.top_k)))
-        self._add_prior([answers[k] for k in unique])
+        self._add_answer_evidence(unique, [answers[k] for k in unique])
         if cacheable:
             for key in unique:
                 self._cache[key] = answers[key]
@@ -120,15 +120,18 @@ class Linker:
         linked = dict(zip(first, matches))
         return [linked.get(k, Match(confidence=0.0)) for k in keys]
 
-    def _add_prior(self, matches: Sequence[Match]) -> None:
-        """Add the answering concept's prior to the evidence of each match whose mention is no known name:
-        `count_prior`, log(1 + its annotated training mentions, the ranker's counts; 0 without a ranker), and
-        `names`, log(1 + its names in the KB). A known name's answer gets 0 for both: it needs no prior, and two
-        known names (a mention and its long form) are then still told apart by their own evidence, not by which
-        concept is the more frequent."""
+    def _add_answer_evidence(self, keys: Sequence[str], matches: Sequence[Match]) -> None:
+        """Add to the evidence of each match what depends on its answer, 0 when the mention (its normalized text
+        in `keys`) is a known name: `count_prior`, log(1 + the answering concept's annotated training mentions,
+        the ranker's counts; 0 without a ranker); `names`, log(1 + its names in the KB); and `pair_score`, the
+        ranker's trained `confidence_scorer`'s score of the mention and the answering name (0 without one).
+        A known name needs no prior, and two known names (a mention and its long form) are then still told
+        apart by their own evidence, not by which concept is the more frequent."""
         kb = self.searcher.kb
         counts = self.ranker.counts if self.ranker is not None else {}
-        for match in matches:
+        scorer = self.ranker.confidence_scorer if self.ranker is not None and self.ranker.is_fitted else None
+        asked = []
+        for key, match in zip(keys, matches):
             if not (match.evidence and match.candidates):
                 continue
             annotated = names = 0
@@ -137,8 +140,15 @@ class Linker:
                 index = kb.concepts.index(top)
                 annotated = counts.get(top, 0)
                 names = self._names_per_concept()[index] if index >= 0 else 0
+                asked.append((key, match))
             match.evidence["count_prior"] = float(np.log1p(annotated))
             match.evidence["names"] = float(np.log1p(names))
+            if scorer is not None:
+                match.evidence["pair_score"] = 0.0
+        if scorer is not None and asked:
+            scores = scorer.score([k for k, _ in asked], [[m.names[0] if m.names else ""] for _, m in asked])
+            for (_, match), score in zip(asked, scores):
+                match.evidence["pair_score"] = float(score[0])
 
     def _names_per_concept(self) -> np.ndarray:
         """The KB's names per concept index, counted from its link arrays once after each change of names."""

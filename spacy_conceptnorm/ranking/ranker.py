@@ -7,6 +7,9 @@ columns, the dense cosine and the TF-IDF score: BioSyn's hybrid of a dense and a
 weight, the cheapest ranker. Mentions whose normalized text is a known name keep the sieve's answer (the fast
 path) unless `fast_path` is off.
 
+A `confidence_scorer` is a pair scorer trained with the ranker whose score is no ranking column: it scores the
+answer (the mention and the answering name) as evidence for the confidence model (`Linker`, `pair_score`).
+
 The model is a few arrays (feature means, scales, weights), saved as plain numbers: predicting is one matrix
 product, and loading a pipeline unpickles nothing.
 """
@@ -38,6 +41,8 @@ class Ranker:
     model (str): The columns: "hybrid" (dense + learned weight x TF-IDF), "hybrid_prior" (+ the concept's
         annotation frequency) or "full" (every feature).
     scorers (Dict[str, PairScorer]): Learned pair scorers whose scores become extra columns (need training).
+    confidence_scorer (Optional[PairScorer]): A learned pair scorer of each answer that is no known name, read by
+        the confidence model only (the `pair_score` evidence), trained with the ranker.
     fast_path (bool): A mention that is a known name keeps the sieve's answer.
     dense_k (int): Candidates taken from the sieve.
     lexical_k (int): Names taken from each lexical score.
@@ -54,6 +59,7 @@ class Ranker:
         lexical_k: int = 10,
         regularization: float = 1e-3,
         ngram_range: tuple[int, int] = NGRAM_RANGE,
+        confidence_scorer: PairScorer | None = None,
     ) -> None:
         if model not in MODELS:
             raise ConceptNormError(Errors.E310.format(model=model, choices=sorted(MODELS)))
@@ -62,11 +68,15 @@ class Ranker:
                 raise ConceptNormError(Errors.E311.format(key=key, value=value))
         if not _ngram_range_ok(ngram_range):
             raise ConceptNormError(Errors.E316.format(value=ngram_range))
-        for name, scorer in (scorers or {}).items():
+        named = dict(scorers or {})
+        if confidence_scorer is not None:
+            named["confidence_scorer"] = confidence_scorer
+        for name, scorer in named.items():
             if not isinstance(scorer, PairScorer):
                 raise ConceptNormError(Errors.E315.format(name=name, found=type(scorer).__name__))
         self.model = model
         self.scorers = dict(scorers or {})
+        self.confidence_scorer = confidence_scorer
         self.fast_path = fast_path
         self.dense_k = dense_k
         self.lexical_k = lexical_k
@@ -85,6 +95,12 @@ class Ranker:
     @property
     def is_fitted(self) -> bool:
         return self.weights is not None
+
+    @property
+    def pair_scorers(self) -> dict[str, PairScorer]:
+        """Every pair scorer `train-ranker` fits: the columns' ones and the confidence scorer."""
+        extra = {"confidence_scorer": self.confidence_scorer} if self.confidence_scorer is not None else {}
+        return {**self.scorers, **extra}
 
     # --- features -----------------------------------------------------------------------------------------------
     def matrix(
@@ -165,6 +181,7 @@ class Ranker:
             "regularization": self.regularization,
             "ngram_range": list(self.ngram_range),
             "scorers": list(self.scorers),
+            "confidence_scorer": self.confidence_scorer is not None,
         }
 
     def weights_to_dict(self) -> dict | None:
@@ -211,7 +228,7 @@ def sieve_evidence(match: Match, key: str, exact: bool) -> Match:
     """The evidence of a sieve answer for the normalized mention `key`: its top cosine, the margin to the
     runner-up, whether the mention is a known name (of a searchable concept), whether the domain stage answered,
     and the word overlap of the mention and the answering name (the linker then adds the answering concept's prior:
-    `Linker._add_prior`)."""
+    `Linker._add_answer_evidence`)."""
     scores = [s for _, s in match.candidates]
     return _with_evidence(match, key, scores, scores[0] if scores else 0.0, exact)
 
@@ -274,6 +291,7 @@ def make_ranker(
     lexical_k: int = 10,
     regularization: float = 1e-3,
     ngram_range: Sequence[int] = NGRAM_RANGE,  # a config gives a list: [3, 3]
+    confidence_scorer: Optional[Any] = None,  # noqa: UP045 (a PairScorer sub-section; Ranker checks it)
 ) -> Ranker:
     """A config's ranker: `@misc = "spacy_conceptnorm.ranker.v1"`, with pair scorers as sub-sections."""
-    return Ranker(model, scorers, fast_path, dense_k, lexical_k, regularization, ngram_range)
+    return Ranker(model, scorers, fast_path, dense_k, lexical_k, regularization, ngram_range, confidence_scorer)

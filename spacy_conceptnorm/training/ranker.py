@@ -5,8 +5,9 @@ documents are split into folds, and each fold's mentions are linked with their o
 out of the domain names (pairs that other folds also have stay), so a mention cannot find itself, as a test
 mention that was never annotated cannot. Dev-only domain names are taken out throughout. Each example is a
 mention's candidate set (sieve + lexical, with features) and its gold concept: the other candidates are its
-hard negatives. Pair scorers (CNN, cross-encoder) are fitted first on the same examples, then the ranker's
-logistic regression on the features and their scores. Dev Acc@1 is reported before and after.
+hard negatives. Pair scorers (CNN, cross-encoder; the ranker's and its confidence scorer) are fitted first on the
+same examples, then the ranker's logistic regression on the features and their scores. Dev Acc@1 is reported
+before and after.
 """
 
 from __future__ import annotations
@@ -187,10 +188,10 @@ def train_ranker(
         dev = ranking_examples(nlp, dev_docs, 1, seed, log) if dev_docs else []
         report["candidate_seconds"] = round(time.perf_counter() - t, 1)
         kb = normalizer.kb
-        for name, scorer in ranker.scorers.items():
+        groups = [e.group(kb) for e in train]
+        dev_groups = [e.group(kb) for e in dev] or None
+        for name, scorer in ranker.pair_scorers.items():
             t = time.perf_counter()
-            groups = [e.group(kb) for e in train]
-            dev_groups = [e.group(kb) for e in dev] or None
             fit = scorer.fit(groups, dev_groups, seed=seed, log=log)
             report[f"{name}_seconds"] = round(time.perf_counter() - t, 1)
             report[f"{name}_history"] = fit.history
