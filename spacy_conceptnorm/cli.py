@@ -194,6 +194,7 @@ def evaluate(
     strategies: bool = typer.Option(True, "--strategies/--no-strategies", help="Also score all 14 search strategies"),
     holdout: float = typer.Option(0.2, help="Part of the mentions whose concepts are held out for NIL"),
     seed: int = typer.Option(0, help="Seed of the NIL hold-out"),
+    hold_outs: int = typer.Option(8, "--hold-outs", min=1, help="Test NIL hold-outs also averaged (seeds SEED on)"),
 ) -> None:
     """Evaluate a pipeline: gold-mention Acc@1/Acc@5, end-to-end P/R/F1, NIL thresholds; write metrics/."""
     from .evaluation.calibrate import load_pipeline
@@ -204,7 +205,9 @@ def evaluate(
     nlp = load_pipeline(model)
     test_docs, train_docs = read_gold_docs(nlp, test), read_gold_docs(nlp, train)
     dev_docs = read_gold_docs(nlp, dev) if dev is not None else None
-    metrics = evaluate_pipeline(nlp, test_docs, train_docs, dev_docs, strategies=strategies, holdout=holdout, seed=seed)
+    metrics = evaluate_pipeline(
+        nlp, test_docs, train_docs, dev_docs, strategies=strategies, holdout=holdout, seed=seed, hold_outs=hold_outs
+    )
     report = write_report(metrics, output)
     typer.echo(report.read_text().split("\n![")[0])
     typer.echo(f"-> {report}")

@@ -18,7 +18,7 @@ from spacy_conceptnorm.errors import ConceptNormError
 from spacy_conceptnorm.evaluation.calibrate import calibrate, load_pipeline
 from spacy_conceptnorm.evaluation.evaluate import evaluate_pipeline
 from spacy_conceptnorm.evaluation.gold import read_gold_docs
-from spacy_conceptnorm.evaluation.nil import NilCase, holding_out, nil_accuracy, nil_thresholds
+from spacy_conceptnorm.evaluation.nil import NilCase, _mean_accuracy, holding_out, nil_accuracy, nil_thresholds
 from spacy_conceptnorm.evaluation.report import headline as headline_of
 from spacy_conceptnorm.evaluation.report import markdown, write_report
 from spacy_conceptnorm.kb import DOMAIN, Concept, KnowledgeBase, load_kb
@@ -205,8 +205,10 @@ def test_report_headline_matches_json_and_cli_evaluate(nlp, saved, fixtures, tra
     table = re.search(r"## Headline\n\n\| metric \| value \|\n\| --- \| --- \|\n((?:\|.*\|\n)+)", text).group(1)
     rows = dict(re.fullmatch(r"\| (.*) \| (.*) \|", line).groups() for line in table.splitlines())
     headline = srsly.read_json(tmp_path / "metrics" / "headline.json")
-    # 4 ranking accuracies, 2 as shipped, the ECE, 6 end-to-end; 4 rows per NIL strategy
-    assert list(rows) == list(headline) and len(rows) == 13 + 4 * 4
+    # 4 ranking accuracies, 2 as shipped, the ECE, 6 end-to-end; 4 rows per NIL strategy, 2 for in_kb_budget's mean
+    assert list(rows) == list(headline) and len(rows) == 13 + 4 * 4 + 2
+    nil = metrics["nil"]
+    assert nil["test_hold_outs"] == 8 and nil["test_mean"]["last_tp"]["in_kb"] > nil["test"]["last_tp"]["in_kb"]
     assert {k: float(v) for k, v in rows.items()} == headline
     shipped = headline["Acc@1 as shipped (ent.kb_id_, NIL on), gold mentions"]
     assert 0 < shipped <= headline["Acc@1, gold mentions"] <= headline["Acc@5, gold mentions"] <= 100
@@ -226,21 +228,50 @@ def test_report_headline_matches_json_and_cli_evaluate(nlp, saved, fixtures, tra
     assert "## Search strategies" not in (tmp_path / "cli" / "report.md").read_text()
 
 
+def test_nil_accuracy_over_several_hold_outs_by_hand(tmp_path):
+    first = {"in_kb_acc": 0.9, "in_kb_acc_no_nil": 0.95, "out_of_kb_acc": 0.25, "overall_acc": 0.8, "in_kb": 10,
+             "out_of_kb": 4}  # fmt: skip
+    second = {"in_kb_acc": 0.8, "in_kb_acc_no_nil": 0.85, "out_of_kb_acc": 0.75, "overall_acc": 0.7, "in_kb": 8,
+              "out_of_kb": 6}  # fmt: skip
+    mean = _mean_accuracy([first, second])
+    assert mean == pytest.approx({"in_kb_acc": 0.85, "in_kb_acc_no_nil": 0.9, "out_of_kb_acc": 0.5, "overall_acc": 0.75,
+                                  "in_kb": 18, "out_of_kb": 10})  # fmt: skip
+    nil = {"thresholds": {"in_kb_budget": 0.6}, "test": {"in_kb_budget": first}, "test_mean": {"in_kb_budget": mean},
+           "test_hold_outs": 2, "holdout_fraction": 0.2, "seed": 0}  # fmt: skip
+    rows = {k: v for k, v in headline_of({**_by_hand_metrics(), "nil": nil}).items() if k.startswith("NIL")}
+    assert rows == {
+        "NIL threshold, in_kb_budget": 0.6,
+        "NIL in-KB accuracy, in_kb_budget (test; 95.0 with NIL off)": 90.0,
+        "NIL out-of-KB accuracy, in_kb_budget (test)": 25.0,
+        "NIL overall accuracy, in_kb_budget (test)": 80.0,
+        "NIL in-KB accuracy, in_kb_budget (test, mean of 2 hold-outs; 90.0 with NIL off)": 85.0,
+        "NIL out-of-KB accuracy, in_kb_budget (test, mean of 2 hold-outs)": 50.0,
+    }
+    text = write_report({**_by_hand_metrics(), "nil": nil}, tmp_path).read_text()
+    assert "\n| in_kb_budget | 0.6000 | test, mean of 2 hold-outs | 85.00 | 50.00 | 75.00 | 18 / 10 |\n" in text
+
+
+def _by_hand_metrics() -> dict:
+    return {
+        "pipeline": {"strategy": "D-T+OD-T", "nil_threshold": 0.5},
+        "gold_mentions": {"mentions": 8, "refined_mentions": 3, "shipped_acc1": 0.625, "shipped_refined_acc1": 1 / 3,
+                          "acc1": 0.75, "acc5": 0.875, "refined_acc1": 2 / 3, "refined_acc5": 1.0},  # fmt: skip
+        "scores": {"right": [0.9, 0.8], "wrong": [0.4]},
+    }
+
+
 def test_headline_and_report_tables_by_hand(tmp_path):
     reliability = [{"low": 0.9, "high": 1.0, "count": 5, "confidence": 0.95, "accuracy": 0.8}]
     nil_test = {"in_kb_acc": 0.9, "in_kb_acc_no_nil": 0.95, "out_of_kb_acc": 0.25, "overall_acc": 0.8125,
                 "in_kb": 9, "out_of_kb": 4}  # fmt: skip
     metrics = {
-        "pipeline": {"strategy": "D-T+OD-T", "nil_threshold": 0.5},
-        "gold_mentions": {"mentions": 8, "refined_mentions": 3, "shipped_acc1": 0.625, "shipped_refined_acc1": 1 / 3,
-                          "acc1": 0.75, "acc5": 0.875, "refined_acc1": 2 / 3, "refined_acc5": 1.0},  # fmt: skip
+        **_by_hand_metrics(),
         "confidence": {"ece": 0.02934, "reliability": reliability},
         "end_to_end": {
             "ner": {"p": 2 / 3, "r": 1 / 2, "f": 4 / 7},
             "ner_linking": {"p": 1 / 3, "r": 1 / 4, "f": 2 / 7},
         },
         "nil": {"thresholds": {"last_tp": 0.712345}, "test": {"last_tp": nil_test}, "holdout_fraction": 0.1, "seed": 0},
-        "scores": {"right": [0.9, 0.8], "wrong": [0.4]},
     }
     assert headline_of(metrics) == {
         "Acc@1 as shipped (ent.kb_id_, NIL on), gold mentions": 62.5,

@@ -7,7 +7,8 @@
 - Acc@1 as shipped, read from `ent.kb_id_` (NIL decision and document consistency on);
 - the confidence of each gold-mention link and whether its top candidate was right; the expected calibration
   error of `kb_confidence` and its reliability bins;
-- NIL thresholds and accuracies (`nil.nil_figures`), when dev docs are given.
+- NIL thresholds and accuracies (`nil.nil_figures`; on test also averaged over several hold-outs), when dev docs
+  are given.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from ..search import ALL_STRATEGIES
 from .calibrate import dev_mentions_hidden
 from .end_to_end import end_to_end_scores
 from .gold import get_normalizer, link_gold_mentions, mention_accuracy
-from .nil import nil_figures
+from .nil import TEST_HOLD_OUTS, nil_figures
 
 
 def evaluate_pipeline(
@@ -35,6 +36,7 @@ def evaluate_pipeline(
     strategies: bool = False,
     holdout: float = 0.2,
     seed: int = 0,
+    hold_outs: int = TEST_HOLD_OUTS,
 ) -> dict:
     """Evaluate a linking pipeline on gold docs.
 
@@ -46,6 +48,7 @@ def evaluate_pipeline(
     strategies (bool): Also score the gold mentions with each of the 14 search strategies.
     holdout (float): Part of the gold mentions whose concepts are held out to make out-of-KB cases.
     seed (int): Seed of that hold-out.
+    hold_outs (int): Test hold-outs (seeds `seed` onwards) the NIL accuracies are also averaged over.
     RETURNS (dict): "gold_mentions", "strategies", "end_to_end" (None without `ner`), "scores", "nil" (None
         without dev docs), and "pipeline" (strategy, nil_threshold).
     """
@@ -80,5 +83,5 @@ def evaluate_pipeline(
         result["end_to_end"] = end_to_end_scores(nlp, test_docs, kb)
     if dev_docs is not None:  # calibrated as `calibrate` does: dev mentions are not domain names meanwhile
         with dev_mentions_hidden(nlp, dev_docs, domain_docs):
-            result["nil"] = nil_figures(nlp, dev_docs, test_docs, holdout, seed)
+            result["nil"] = nil_figures(nlp, dev_docs, test_docs, holdout, seed, hold_outs)
     return result
