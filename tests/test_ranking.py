@@ -184,6 +184,8 @@ def test_ranker_rejects_bad_settings():
         Ranker(lexical_k=0)
     with pytest.raises(ConceptNormError, match="PairScorer"):
         Ranker(scorers={"cnn": "not a scorer"})
+    with pytest.raises(ConceptNormError, match="'confidence_scorer' must be a PairScorer"):
+        Ranker(confidence_scorer={"epochs": 3})
     for bad in [(3, 2), (0, 3), (3,), [2, 3, 4], (2.0, 3), "33", (True, 3)]:
         with pytest.raises(ConceptNormError, match="ngram_range"):
             Ranker(ngram_range=bad)

@@ -68,15 +68,12 @@ class Ranker:
                 raise ConceptNormError(Errors.E311.format(key=key, value=value))
         if not _ngram_range_ok(ngram_range):
             raise ConceptNormError(Errors.E316.format(value=ngram_range))
-        named = dict(scorers or {})
-        if confidence_scorer is not None:
-            named["confidence_scorer"] = confidence_scorer
-        for name, scorer in named.items():
+        self.scorers = dict(scorers or {})
+        self.confidence_scorer = confidence_scorer
+        for name, scorer in self.pair_scorers.items():
             if not isinstance(scorer, PairScorer):
                 raise ConceptNormError(Errors.E315.format(name=name, found=type(scorer).__name__))
         self.model = model
-        self.scorers = dict(scorers or {})
-        self.confidence_scorer = confidence_scorer
         self.fast_path = fast_path
         self.dense_k = dense_k
         self.lexical_k = lexical_k
@@ -172,18 +169,6 @@ class Ranker:
         return out
 
     # --- serialization -------------------------------------------------------------------------------------------
-    def cfg(self) -> dict:
-        return {
-            "model": self.model,
-            "fast_path": self.fast_path,
-            "dense_k": self.dense_k,
-            "lexical_k": self.lexical_k,
-            "regularization": self.regularization,
-            "ngram_range": list(self.ngram_range),
-            "scorers": list(self.scorers),
-            "confidence_scorer": self.confidence_scorer is not None,
-        }
-
     def weights_to_dict(self) -> dict | None:
         if self.weights is None:
             return None
