@@ -515,10 +515,8 @@ class ConceptNormalizer(Pipe):
         if linker.generator is not None:
             with atomic_open(path / "lexical.msgpack") as f:
                 f.write(linker.generator.lexical.to_bytes())
-        for name, scorer in linker.ranker.scorers.items() if linker.ranker else ():
-            scorer.to_disk(path / "scorers" / name)
-        if linker.ranker is not None and linker.ranker.confidence_scorer is not None:
-            linker.ranker.confidence_scorer.to_disk(path / "confidence_scorer")
+        for where, scorer in _scorer_paths(linker.ranker).items():
+            scorer.to_disk(path / where)
 
     def _read_linker(self, path: Path) -> Linker:
         linker = self._new_linker()
@@ -541,11 +539,9 @@ class ConceptNormalizer(Pipe):
                 linker.generator.sync()
             else:
                 linker.generator.build()
-            for name, scorer in linker.ranker.scorers.items():
-                if (path / "scorers" / name).exists():
-                    scorer.from_disk(path / "scorers" / name)
-            if linker.ranker.confidence_scorer is not None and (path / "confidence_scorer").exists():
-                linker.ranker.confidence_scorer.from_disk(path / "confidence_scorer")
+            for where, scorer in _scorer_paths(linker.ranker).items():
+                if (path / where).exists():
+                    scorer.from_disk(path / where)
         return linker
 
     def from_disk(self, path: str | Path, *, exclude: Iterable[str] = SimpleFrozenList()) -> "ConceptNormalizer":
@@ -641,6 +637,17 @@ class ConceptNormalizer(Pipe):
         """Weights saved with the pipeline (from a local directory at save time) replace the configured ones."""
         if path.is_dir():
             self.encoder = _encoder_like(self.encoder, {**self.encoder.config(), "model": str(path)})
+
+
+def _scorer_paths(ranker: Ranker | None) -> dict[str, Any]:
+    """Where each trained pair scorer of the ranker is saved in the linker's directory: the columns' under
+    "scorers/NAME", the confidence scorer under "confidence_scorer"."""
+    if ranker is None:
+        return {}
+    paths = {f"scorers/{name}": scorer for name, scorer in ranker.scorers.items()}
+    if ranker.confidence_scorer is not None:
+        paths["confidence_scorer"] = ranker.confidence_scorer
+    return paths
 
 
 def _encoder_like(encoder: Any, config: dict) -> Any:
