@@ -64,6 +64,10 @@ class Errors(metaclass=ErrorsWithCodes):
     E314 = "The concept_normalizer has no ranker to train: set [components.concept_normalizer.ranker] in its config."
     E316 = "The ranker's ngram_range must be two integers 1 <= low <= high (character n-gram sizes), got {value!r}."
     E317 = "Unknown cpu_precision {precision!r} of the recognizer's transformer: choose 'auto', 'bf16' or 'fp32'."
+    E318 = (
+        "The ranker's scorers may not be named 'confidence_scorer' while it has a confidence scorer: train-ranker "
+        "fits and reports that one under the name."
+    )
     # abbreviations
     E401 = "Unknown abbreviation detector {detector!r}; choose one of {choices}."
     E402 = (

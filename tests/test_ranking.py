@@ -186,6 +186,8 @@ def test_ranker_rejects_bad_settings():
         Ranker(scorers={"cnn": "not a scorer"})
     with pytest.raises(ConceptNormError, match="'confidence_scorer' must be a PairScorer"):
         Ranker(confidence_scorer={"epochs": 3})
+    with pytest.raises(ConceptNormError, match="may not be named 'confidence_scorer'"):
+        Ranker(scorers={"confidence_scorer": ShareOfLetters()}, confidence_scorer=ShareOfLetters())
     for bad in [(3, 2), (0, 3), (3,), [2, 3, 4], (2.0, 3), "33", (True, 3)]:
         with pytest.raises(ConceptNormError, match="ngram_range"):
             Ranker(ngram_range=bad)

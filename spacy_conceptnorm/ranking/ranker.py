@@ -68,6 +68,8 @@ class Ranker:
                 raise ConceptNormError(Errors.E311.format(key=key, value=value))
         if not _ngram_range_ok(ngram_range):
             raise ConceptNormError(Errors.E316.format(value=ngram_range))
+        if confidence_scorer is not None and "confidence_scorer" in (scorers or {}):
+            raise ConceptNormError(Errors.E318)  # `pair_scorers` would drop that column's scorer
         self.scorers = dict(scorers or {})
         self.confidence_scorer = confidence_scorer
         for name, scorer in self.pair_scorers.items():
