@@ -63,7 +63,8 @@ def test_link_lists_keep_order_and_reuse_dropped_links():
 
 
 def test_compact_kb_behaves_as_the_dict_kb_on_the_fixture(kb, tmp_path):
-    """The values the dict-based KB gave for the same calls on the MEDIC sample."""
+    """The values a plain dict-of-lists KB (an independent implementation) gives for the same calls on the MEDIC
+    sample."""
     assert len(kb) == 327 and len(kb.names()) == 2466
     assert kb.names()[:3] == ["lymphedema hereditary ib", "lmph1b", "fibrous dysplasia polyostotic"]
     assert kb.concepts_for("lmph1b") == ["C567452"] and kb.surface("lmph1b") == "LMPH1B"
