@@ -56,13 +56,6 @@ FORMAT = "spacy_conceptnorm.cnn_ranker"
 VERSION = 1
 BLOCK = 128  # rows per matrix product, see `_linear`
 
-# Messages of this module; proposed for errors.py as E720-E722.
-MESSAGES = {
-    "E720": "Cannot load the embedding model {model!r} of the CNN ranker: {detail}",
-    "E721": "The CNN ranker's {key} must be {expected}, got {value!r}.",
-    "E722": "{path} does not match the CNN ranker's config in {config}: {detail}.",
-}
-
 
 class TripletCNN(nn.Module):
     """The shared network: token embeddings -> convolutions -> ReLU -> max-pool over time -> linear.
@@ -141,13 +134,13 @@ def load_embeddings(model: str | None) -> tuple[object, torch.Tensor]:
         tokenizer = AutoTokenizer.from_pretrained(path)
         weight = AutoModel.from_pretrained(path).get_input_embeddings().weight.detach()
     except (OSError, ValueError) as e:
-        raise ConceptNormError(MESSAGES["E720"].format(model=model or PACKAGED_MODEL, detail=e)) from None
+        raise ConceptNormError(Errors.E720.format(model=model or PACKAGED_MODEL, detail=e)) from None
     return tokenizer, weight
 
 
 def _check_positive(key: str, value: object) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ConceptNormError(MESSAGES["E721"].format(key=key, expected="a positive integer", value=value))
+        raise ConceptNormError(Errors.E721.format(key=key, expected="a positive integer", value=value))
 
 
 class CNNRanker(PairScorer):
@@ -199,7 +192,7 @@ class CNNRanker(PairScorer):
             _check_positive(key, value)
         if not kernel_sizes or any(not isinstance(k, int) or isinstance(k, bool) or k < 1 for k in kernel_sizes):
             expected = "a non-empty list of positive integers"
-            raise ConceptNormError(MESSAGES["E721"].format(key="kernel_sizes", expected=expected, value=kernel_sizes))
+            raise ConceptNormError(Errors.E721.format(key="kernel_sizes", expected=expected, value=kernel_sizes))
         self.model = model or PACKAGED_MODEL
         self.filters = filters
         self.kernel_sizes = list(kernel_sizes)
@@ -432,7 +425,7 @@ class CNNRanker(PairScorer):
             network.load_state_dict({**state, "embeddings.weight": embeddings})
         except (RuntimeError, IndexError, TypeError) as e:
             detail = str(e).splitlines()[0]
-            message = MESSAGES["E722"].format(path=weights_path, config=path / CONFIG_FILE, detail=detail)
+            message = Errors.E722.format(path=weights_path, config=path / CONFIG_FILE, detail=detail)
             raise ConceptNormError(message) from None
         self._cache.clear()
         return self
