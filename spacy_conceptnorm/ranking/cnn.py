@@ -11,17 +11,13 @@ anchor, a right name p as the positive and a wrong candidate name n of the same 
 candidates come from first-stage candidate generation, so the negatives are hard ones (the paper forms one
 triplet per wrong candidate; here `negatives` wrong candidates per group and step: with `mine`, half of them the
 wrong names closest to the mention under the current weights, the rest random). Adam, learning rate 1e-3, and
-the epoch with the best dev rerank accuracy is kept (the paper's early stopping). Mining measured on the dev
-groups below (normalized vectors, margin 1, 8 epochs): 0.856 best dev rerank accuracy (epoch 4; 0.854 at epoch
-6) against 0.848 with random negatives, 1.3x the time per epoch; hence `mine=True` and 6 epochs by default.
+the epoch with the best dev rerank accuracy is kept (the paper's early stopping). The defaults (mining on, 6
+epochs, frozen embeddings, normalized vectors) were chosen on NCBI-disease dev (docs/benchmarks.md).
 
 The paper's fastText PubMed sub-word vectors are not available offline. The tokenizer and the input (word-piece)
 embedding matrix of a transformers model stand in: the packaged all-MiniLM-L6-v2 by default (uncased, 30,522 x
-384). Embeddings frozen or fine-tuned: on the NCBI-disease ranking groups (6,181 train, 847 dev groups with a
-right name; 25 names per group on average) the frozen embeddings win, 0.885 dev rerank accuracy against 0.871
-fine-tuned (8 epochs each; taking the first-stage's first candidate: 0.825), and fine-tuning makes an epoch 1.6x
-slower. Frozen is the default, and a saved scorer then holds only the convolution and projection weights (1.6 MB)
-with a reference to the embedding model. Fine-tuned embeddings are saved as the rows that changed.
+384), frozen by default, so that a saved scorer holds only the convolution and projection weights with a reference
+to the embedding model. Fine-tuned embeddings (`fine_tune`) are saved as the rows that changed.
 
 Scoring is exact and independent of how texts are batched: the convolutions run as a matrix product over the
 zero-padded windows of each text (`nn.Conv1d` itself picks algorithms by input shape, so padding a batch would
@@ -158,9 +154,8 @@ class CNNRanker(PairScorer):
     negatives (int): Wrong names drawn per group and epoch (each makes one triplet).
     mine (bool): Half of those wrong names are the ones closest to the mention under the current weights (hard
         negative mining), the other half random; else all random.
-    fine_tune (bool): Train the embedding matrix too (slower, and no better: see the module docstring).
-    normalize (bool): Scale text vectors to unit length (distances in [0, 2]; measured better, see the module
-        docstring).
+    fine_tune (bool): Train the embedding matrix too (slower, and no better on dev).
+    normalize (bool): Scale text vectors to unit length (distances in [0, 2]).
     max_length (int): Sub-word tokens per text; longer texts are truncated.
     cache_size (int): Text vectors kept between `score` calls.
 

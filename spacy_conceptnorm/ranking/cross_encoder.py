@@ -22,8 +22,8 @@ first pair to at least `MIN_ROWS` rows (BLAS computes products of a few rows wit
 rounding). Scores are cached per (first segment, name).
 
 Precision: "auto" uses bf16 autocast where the hardware has native bf16 (CUDA, or CPUs with AVX512-BF16 or AMX) as
-the name encoder does, else fp32. On a CPU without them (AVX2 only) bf16 autocast is emulated and measured 5-10x
-slower than fp32, not faster.
+the name encoder does, else fp32: on a CPU without them (AVX2 only) bf16 autocast is emulated, 5-10x slower than
+fp32.
 """
 
 from __future__ import annotations
