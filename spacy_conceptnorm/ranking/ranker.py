@@ -10,8 +10,8 @@ path) unless `fast_path` is off.
 A `confidence_scorer` is a pair scorer trained with the ranker whose score is no ranking column: it scores the
 answer (the mention and the answering name) as evidence for the confidence model (`Linker`, `pair_score`).
 
-The model is three arrays (`WEIGHTS`), saved as plain numbers: predicting is one matrix
-product, and loading a pipeline unpickles nothing.
+The model is three arrays (`WEIGHTS`), saved as plain numbers: predicting is one matrix product, and loading a
+pipeline unpickles nothing.
 """
 
 from __future__ import annotations
