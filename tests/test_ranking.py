@@ -424,14 +424,17 @@ def test_cache_answers_repeats_and_forgets_on_change(train_docs, kb):
 
 
 def test_methods_before_initialize_raise_the_package_error():
-    normalizer = spacy.blank("en").add_pipe("concept_normalizer")
+    nlp = spacy.blank("en")
+    normalizer = nlp.add_pipe("concept_normalizer")
     for call in (
         lambda: normalizer.set_strategy("OD-T"),
         lambda: normalizer.remove_synonyms([("a", "D1")]),
         lambda: normalizer.add_synonyms([("a", "D1")]),
         lambda: normalizer.score([]),
+        lambda: normalizer.to_bytes(),
+        lambda: nlp.to_bytes(),
     ):
-        with pytest.raises(ConceptNormError, match=r"initialize\(nlp=nlp, kb=kb\)"):
+        with pytest.raises(ConceptNormError, match=r"^\[E301\] .*initialize\(nlp=nlp, kb=kb\)"):
             call()
 
 
