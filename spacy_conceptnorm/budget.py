@@ -1,7 +1,7 @@
 """A wall-time budget for `spacy train`: training stops after `max_minutes`, and the learning rate's linear decline
-ends there, so the run finishes at a rate of 0 wherever the budget, not the step count, runs out first. The
-recognizer's steps cost 1.4 s where the CPU has native bf16 and 4.4 s on a 2-core AVX2 CPU without AVX-512 (both
-measured): a step count alone cannot hold `spacy project run all` to its 75 minutes on every 2-core machine.
+ends there, so the run finishes at a rate of 0 wherever the budget, not the step count, runs out first. A
+recognizer step costs about three times as long on a CPU without native bf16 (AVX2) as on one with it: a step
+count alone cannot hold `spacy project run all` to its time on every machine.
 
     [training]
     max_epochs = 20  # finite: once the time is up the batcher yields nothing and spaCy's loop runs out of epochs

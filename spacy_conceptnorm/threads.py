@@ -3,9 +3,9 @@ threads than the CPUs the process may use, one thread per forked worker for torc
 forked workers that die with their parent.
 
 OpenMP wait policy. GNU OpenMP (torch's CPU runtime) keeps idle threads spinning between parallel regions; beside
-another CPU-heavy process a spinning thread waits on one that is not scheduled, and the encoder slowed 3 to 19x in
-our measurements (`python -m spacy_conceptnorm.benchmarks.contention`). `OMP_WAIT_POLICY=PASSIVE` lets them sleep,
-at no measurable cost on an idle machine. The runtime reads the variable once, when torch loads, so the package sets
+another CPU-heavy process a spinning thread waits on one that is not scheduled, and the encoder runs 3 to 19x
+slower (`python -m spacy_conceptnorm.benchmarks.contention`). `OMP_WAIT_POLICY=PASSIVE` lets them sleep, at no
+cost to see on an idle machine. The runtime reads the variable once, when torch loads, so the package sets
 it (if unset) when it is imported before torch: the command line (`python -m spacy_conceptnorm`, the
 `spacy-conceptnorm` script: annotate, train, evaluate, ...) and any program that imports `spacy_conceptnorm`
 before spaCy or torch. Where torch is already loaded (`import spacy` loads it) the variable cannot take effect:
@@ -53,9 +53,9 @@ def one_thread_if_oversubscribed() -> Iterator[None]:
     """Run the block on one torch thread when torch's threads spin (loaded before the package, no wait policy
     chosen) and the machine is oversubscribed (1-minute load average above the CPU budget); else leave it alone.
 
-    Spinning threads wait on threads that are not scheduled: under load, one thread encoded 90 names/s where two
-    spinning ones gave 27 (`benchmarks.contention`, a 2-core machine at load 9-15). fp32 encodings were bitwise
-    identical on one and two threads here (300 MEDIC names), so the answer does not depend on the load.
+    Spinning threads wait on threads that are not scheduled, so under load one thread encodes faster than two
+    spinning ones (`benchmarks.contention`). fp32 encodings came out bitwise identical on one and two threads
+    there, so the answer does not depend on the load.
     """
     torch = sys.modules.get("torch")
     if torch is None or not _spinning[0] or os.getloadavg()[0] <= cpu_budget():
@@ -92,8 +92,8 @@ def training_threads(chosen: int = 0) -> Iterator[int]:
     oversubscribed as the run starts (other processes' runnable threads plus torch's exceed the CPU budget, or the
     load average does), else torch's count.
 
-    Decided once per run, not per step: gradients differ in their last bits between one and two threads (MiniLM,
-    fp32, measured here), so a run keeps one count throughout, and a resumed run passes its first count as
+    Decided once per run, not per step: gradients differ in their last bits between one and two threads, so a run
+    keeps one count throughout, and a resumed run passes its first count as
     `chosen`. `python -m spacy_conceptnorm.benchmarks.contention --task train` measures it.
     """
     import torch

@@ -1,5 +1,5 @@
 """A deterministic stand-in for the transformer: hashed character trigrams. It lets the search logic be tested
-in milliseconds; the real encoder is exercised by test_encoder.py and test_component.py."""
+in milliseconds; the real encoder is exercised by test_component.py (the packaged MiniLM) and test_lazy.py."""
 
 import zlib
 

@@ -172,13 +172,24 @@ def test_training_steps_lower_the_loss(sample_kb):
     assert encoder.model.words.weight.grad is None  # the word vectors stay frozen
 
 
-def test_report_and_dev_selection(sample_kb):
-    config = TrainConfig(epochs=2, pairs_per_epoch=64, holdout=0, **TINY)
+def test_report_and_dev_selection(sample_kb, monkeypatch):
+    import spacy_conceptnorm.bne.train as bne_train
+
+    scores, seen = iter([0.4, 0.9, 0.6]), []  # dev accuracies given by hand: the second epoch is the best
+
+    def scripted_accuracy(mention_vectors, *args):
+        seen.append(mention_vectors)  # the dev mentions' vectors after each epoch
+        return next(scores)
+
+    monkeypatch.setattr(bne_train, "nearest_name_accuracy", scripted_accuracy)
+    config = TrainConfig(epochs=3, pairs_per_epoch=64, holdout=0, **TINY)
     dev = [(name, sample_kb.concepts_for(name)[0]) for name in sample_kb.names()[:10]]
-    _, report = train_bne(sample_kb, random_vectors(sample_kb), config, dev, log=lambda _: None)
-    assert [r["epoch"] for r in report["epochs"]] == [1, 2]
-    assert all("dev_acc1" in r and "loss_syn" in r for r in report["epochs"])
-    assert report["best_epoch"] in (1, 2)
+    encoder, report = train_bne(sample_kb, random_vectors(sample_kb), config, dev, log=lambda _: None)
+    assert [(r["epoch"], r["dev_acc1"]) for r in report["epochs"]] == [(1, 0.4), (2, 0.9), (3, 0.6)]
+    assert all(r["loss_syn"] > 0 for r in report["epochs"])
+    assert report["best_epoch"] == 2
+    kept = encoder.encode([text for text, _ in dev])  # the weights of epoch 2, not of the last
+    assert np.allclose(kept, seen[1], atol=1e-6) and not np.allclose(kept, seen[2], atol=1e-6)
 
 
 def test_encode_shape_dtype_and_unit_norm(trained, sample_kb):
@@ -507,18 +518,24 @@ def test_similarity_command_over_several_encoders(tmp_path, monkeypatch):
     assert loaded == [None]  # no --model: the packaged MiniLM
 
 
-def test_speed_command_prints_names_per_second_and_the_load(trained, fixtures, tmp_path):
+def test_speed_command_prints_names_per_second_and_the_load(trained, fixtures, tmp_path, monkeypatch):
+    import types
+
     import spacy_conceptnorm.benchmarks.bne as benchmark
 
     encoder, _ = trained
     encoder.save(tmp_path / "bne")
+    ticks = iter([10.0, 12.0, 20.0, 21.6])  # two timed runs, 2.0 s and 1.6 s: the best, 40 / 1.6 = 25 names/s
+    monkeypatch.setattr(benchmark, "time", types.SimpleNamespace(perf_counter=lambda: next(ticks)))
     args = ["speed", "--model", str(tmp_path / "bne"), "--kb", str(fixtures / "medic_sample.txt"),
-            "--names", "40", "--repeat", "1"]  # fmt: skip
+            "--names", "40", "--repeat", "2"]  # fmt: skip
     result = CliRunner().invoke(benchmark.app, args)
     assert result.exit_code == 0, result.output
-    assert "names/s (40 names, best of 1, 1 torch thread(s); load average" in result.output
+    assert f"{tmp_path / 'bne'}: 25 names/s (40 names, best of 2, 1 torch thread(s); load average" in result.output
     assert benchmark.sample_names(list("abcdef"), 0) == list("abcdef")
-    assert benchmark.sample_names(list("abcdef"), 3) == benchmark.sample_names(list("abcdef"), 3)
+    sample = benchmark.sample_names(list("abcdef"), 3)
+    assert len(set(sample)) == 3 and set(sample) < set("abcdef")
+    assert benchmark.sample_names(list("abcdef"), 3) == sample  # seeded
 
 
 # --- training recipe (configs/bne.cfg) ----------------------------------------------------------------------------

@@ -305,6 +305,19 @@ def test_from_disk_corrupt(nlp, tmp_path):
         nlp.get_pipe("composite_splitter").from_disk(tmp_path / "missing")
 
 
+def test_a_directory_in_place_of_the_saved_names_is_named(tmp_path):
+    nlp = spacy.blank("en")
+    nlp.add_pipe("composite_splitter")
+    nlp.initialize()
+    nlp.to_disk(tmp_path / "pipeline")
+    names = tmp_path / "pipeline" / "composite_splitter" / "names.json"
+    names.unlink()
+    names.mkdir()
+    with pytest.raises(ConceptNormError, match=r"\[E503\]") as e:
+        spacy.load(tmp_path / "pipeline")
+    assert str(names) in str(e.value)
+
+
 @pytest.mark.parametrize(
     "config",
     [{"labels": ["Disease", ""]}, {"protected": ["hand, foot and mouth disease", "  "]}],

@@ -152,23 +152,6 @@ def test_unicode_form_and_initialize_examples_are_checked(kb):
         normalizer.initialize(lambda: [spacy.blank("en")("text")], kb=kb)
 
 
-def test_methods_before_initialize_raise_the_package_error():
-    nlp = new_pipeline()
-    normalizer = nlp.get_pipe("concept_normalizer")
-    calls = [
-        lambda: normalizer.set_strategy("OD-T"),
-        lambda: normalizer.remove_synonyms([("x", None)]),
-        lambda: normalizer.add_synonyms([("x", "D001943")]),
-        lambda: normalizer.score([]),
-        lambda: normalizer.to_bytes(),
-        lambda: nlp.to_bytes(),
-    ]
-    for call in calls:
-        with pytest.raises(ConceptNormError, match=r"\[E301\] The concept_normalizer has no knowledge base") as e:
-            call()
-        assert "set_kb" not in str(e.value)
-
-
 def test_errors_and_warnings_carry_their_codes():
     assert Errors.E301.startswith("[E301] ") and Warnings.W001.startswith("[W001] ")
     used = set()
@@ -254,10 +237,9 @@ def test_pipe_errors_go_to_the_error_handler():
     def handler(name, component, docs, error):
         seen.append((name, type(error).__name__))
 
-    for name in ("concept_normalizer", "abbreviation_resolver", "composite_splitter"):
-        nlp = new_pipeline() if name == "concept_normalizer" else spacy.blank("en")
-        if name != "concept_normalizer":
-            nlp.add_pipe(name)
+    for name in ("abbreviation_resolver", "composite_splitter"):  # concept_normalizer's: in test_ranking.py
+        nlp = spacy.blank("en")
+        nlp.add_pipe(name)
         component = nlp.get_pipe(name)
         if name == "abbreviation_resolver":
             component.detector = "missing"  # a KeyError on the first doc
@@ -266,11 +248,7 @@ def test_pipe_errors_go_to_the_error_handler():
         nlp.set_error_handler(handler)
         doc = doc_with_ents(nlp, "Breast cancer.", [("Breast cancer", "Disease")])
         assert list(nlp.pipe([doc])) == []  # handled and dropped, not raised
-    assert seen == [
-        ("concept_normalizer", "ConceptNormError"),
-        ("abbreviation_resolver", "KeyError"),
-        ("composite_splitter", "ZeroDivisionError"),
-    ]
+    assert seen == [("abbreviation_resolver", "KeyError"), ("composite_splitter", "ZeroDivisionError")]
 
 
 def test_span_id_survives_linking_and_kb_ents_keeps_scisapcys_shape(nlp):

@@ -69,30 +69,34 @@ def groups() -> list[RankingGroup]:
 
 @pytest.fixture(scope="module")
 def trained(tiny_model, groups) -> tuple[CrossEncoderRanker, object, list[str]]:
-    """The tiny cross-encoder trained on 60 groups for 6 epochs, 20 of them as dev (a random model learns to tell
+    """The tiny cross-encoder trained on 60 groups for 8 epochs, the same 60 as dev (a random model learns to tell
     names apart, not to generalize: held-out groups would pick an epoch by chance); with its report and log."""
     lines: list[str] = []
-    ranker = CrossEncoderRanker(tiny_model, **SMALL, epochs=6)
-    report = ranker.fit(groups[:60], groups[:20], seed=1, log=lines.append)
+    ranker = CrossEncoderRanker(tiny_model, **SMALL, epochs=8)
+    report = ranker.fit(groups[:60], groups[:60], seed=1, log=lines.append)
     return ranker, report, lines
+
+
+def right_names_first(scorer: CrossEncoderRanker, groups: list[RankingGroup]) -> int:
+    """How many groups have their right name scored highest, counted from the scores one by one."""
+    scores = scorer.score([g.mention for g in groups], [g.names for g in groups], [g.context for g in groups])
+    return sum(1 for g, s in zip(groups, scores) if g.labels[int(np.argmax(s))] == 1)
 
 
 def test_training_makes_the_right_names_win(tiny_model, groups, trained):
     ranker, report, lines = trained
-    untrained = CrossEncoderRanker(tiny_model, **SMALL)
     train = groups[:60]
-    before = untrained.score([g.mention for g in train], [g.names for g in train])
-    after = ranker.score([g.mention for g in train], [g.names for g in train])
-    misranked = [i for i, g in enumerate(train) if g.labels[int(np.argmax(before[i]))] == 0]
-    assert len(misranked) > 40  # the random model is far from right
-    fixed = [i for i in misranked if train[i].labels[int(np.argmax(after[i]))] == 1]
-    assert len(fixed) > 0.7 * len(misranked)
-    assert rerank_accuracy(ranker, train) > max(0.8, rerank_accuracy(untrained, train) + 0.3)
+    # 8 names a group: a random model puts the right one first about 60 / 8 = 7.5 times; trained, 55 to 58 times
+    # (fp32 and bf16, across seeds), so both bounds sit far from what any CPU gives
+    before = right_names_first(CrossEncoderRanker(tiny_model, **SMALL), train)
+    after = right_names_first(ranker, train)
+    assert before <= 15
+    assert after >= 48 and after - before >= 30
     # the report, one log line per epoch, and the kept weights are those of the best dev epoch
-    assert report.epochs == 6 and len(report.history) == 6 and len(lines) == 6 and report.seconds > 0
+    assert report.epochs == 8 and len(report.history) == 8 and len(lines) == 8 and report.seconds > 0
     assert all("dev rerank accuracy" in line for line in lines)
     assert report.history[-1]["loss"] < 0.5 * report.history[0]["loss"]
-    assert rerank_accuracy(ranker, groups[:20]) == max(h["dev_accuracy"] for h in report.history)
+    assert after / 60 == max(h["dev_accuracy"] for h in report.history) == rerank_accuracy(ranker, train)
 
 
 @pytest.mark.parametrize("loss", ["listwise", "binary"])

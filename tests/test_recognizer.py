@@ -499,12 +499,16 @@ def test_ner_trf_trains_for_the_steps_its_precision_affords(overrides, steps):
     assert rates[steps] == 0 and rates[steps - 1] > 0
 
 
-def test_ner_steps_follow_the_cpu_under_auto(monkeypatch):
+@pytest.mark.parametrize(
+    "precision,native,steps",  # the CPU decides only under "auto"
+    [("auto", True, 1200), ("auto", False, 600), ("bf16", True, 1200), ("bf16", False, 1200),
+     ("fp32", True, 600), ("fp32", False, 600)],
+)  # fmt: skip
+def test_ner_steps_follow_the_cpu_under_auto(monkeypatch, precision, native, steps):
     import spacy_conceptnorm.ner as ner
 
-    for native in (True, False):
-        monkeypatch.setattr(ner, "cpu_has_native_bf16", lambda native=native: native)
-        assert ner.ner_steps(fp32=600, bf16=1200, cpu_precision="auto") == (1200 if native else 600)
+    monkeypatch.setattr(ner, "cpu_has_native_bf16", lambda: native)
+    assert ner.ner_steps(fp32=600, bf16=1200, cpu_precision=precision) == steps
     with pytest.raises(ConceptNormError, match="E317"):
         ner.ner_steps(fp32=600, bf16=1200, cpu_precision="fast")
 

@@ -289,6 +289,40 @@ def test_an_output_that_cannot_be_written_is_refused_before_the_model_loads(tmp_
             annotate(missing_model, source, output, output_format="jsonl", progress=False)
 
 
+def _limit_file_size() -> None:
+    """In the child: files may not grow past 2000 bytes; past it a write fails with EFBIG (SIGXFSZ ignored, as a
+    shell's `ulimit -f` leaves it)."""
+    import resource
+    import signal
+
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (2000, 2000))
+
+
+def test_annotate_past_a_file_size_limit_stops_with_e986_and_resumes(tmp_path):
+    pytest.importorskip("resource")  # POSIX
+    import json
+    import subprocess
+    import sys
+
+    nlp = spacy.blank("en")
+    nlp.add_pipe("entity_ruler").add_patterns([{"label": "Disease", "pattern": "breast cancer"}])
+    nlp.to_disk(tmp_path / "pipeline")
+    source, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    source.write_text("".join(json.dumps({"id": str(i), "text": "Familial breast cancer. " * 5}) + "\n"
+                              for i in range(50)))  # fmt: skip
+    command = [sys.executable, "-m", "spacy_conceptnorm", "annotate", str(tmp_path / "pipeline"), str(source), str(out)]
+    root = Path(__file__).parent.parent
+    run = subprocess.run([*command, "--batch-size", "4", "--quiet"], cwd=root, preexec_fn=_limit_file_size,
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert run.returncode == 1, run.stderr
+    assert f"[E986] Cannot write the output {out}: File too large" in run.stderr
+    assert "Traceback" not in run.stderr and out.stat().st_size == 2000
+    run = subprocess.run([*command, "--quiet"], cwd=root, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert [json.loads(line)["id"] for line in out.read_text().splitlines()] == [str(i) for i in range(50)]
+
+
 def test_the_resume_scan_reads_bounded_lines(tmp_path, monkeypatch):
     from spacy_conceptnorm.annotate import read_done_ids, resume
 

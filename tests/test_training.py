@@ -370,7 +370,6 @@ def test_train_writes_loadable_models_and_resume_continues_an_interrupted_run(tm
     monkeypatch.setattr(trainer, "save_checkpoint", real_save)
     first = json.loads((out / "model-last" / "metrics.json").read_text())
     assert [h["epoch"] for h in first["history"]] == [0, 1] and first["steps"] > 0
-    assert 0.0 <= first["history"][1]["dev_acc1"] <= 1.0
     for name in ("model-best", "model-last"):
         assert (out / name / "config.json").exists() and (out / name / "training.cfg").exists()
         vectors = NameEncoder(str(out / name)).encode(["liver disease", "hepatopathy"])
@@ -390,6 +389,8 @@ def test_train_writes_loadable_models_and_resume_continues_an_interrupted_run(tm
     straight = tmp_path / "straight"  # the same two epochs without interruption: the same losses and weights
     metrics = train(CONFIG, straight, overrides)
     assert [h["step"] for h in metrics["history"]] == [h["step"] for h in second["history"]]
+    dev = ("dev_acc1", "dev_acc5")  # each epoch's model scored alike with and without the interruption
+    assert [[h[k] for k in dev] for h in metrics["history"]] == [[h[k] for k in dev] for h in second["history"]]
     assert np.isclose(metrics["history"][2]["loss"], second["history"][2]["loss"], rtol=1e-4)
     a, b = NameEncoder(str(out / "model-last")).model, NameEncoder(str(straight / "model-last")).model
     assert all(torch.allclose(x, y, atol=1e-5) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
@@ -429,8 +430,10 @@ def test_model_best_stays_the_starting_model_when_no_epoch_beats_it(tmp_path, ov
 def test_other_recipes_train(tmp_path, overrides, strategy, loss):
     metrics = train(CONFIG, tmp_path, {**overrides, "training.sampler.strategy": strategy,
                                        "training.loss": {"@misc": loss}, "training.max_epochs": 1})  # fmt: skip
-    assert metrics["steps"] > 0 and metrics["history"][-1]["loss"] > 0
-    assert (tmp_path / "model-best" / "model.safetensors").exists()
+    assert metrics["steps"] == metrics["history"][1]["batches"] > 0 and np.isfinite(metrics["history"][1]["loss"])
+    start = NameEncoder(overrides["encoder.model"]).model.state_dict()
+    last = NameEncoder(str(tmp_path / "model-last")).model.state_dict()
+    assert not all(torch.equal(start[k], last[k]) for k in start)  # the recipe's loss moved the weights
 
 
 def test_interrupted_write_leaves_the_previous_directory(tmp_path):

@@ -208,8 +208,9 @@ def annotate(
     write_record = WRITERS[output_format]
     output_path.parent.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
+    # unbuffered: bytes that failed to be written are not kept to fail again when the file is flushed or closed
     with (
-        open(output_path, "a", encoding="utf-8", newline="") as f,
+        open(output_path, "ab", buffering=0) as f,
         tqdm(desc="annotate", unit="doc", disable=not progress, dynamic_ncols=True) as bar,
         stop_on_sigint(stop),
     ):
@@ -219,10 +220,11 @@ def annotate(
         def flush() -> None:
             nonlocal writing
             writing = True
+            data = memoryview("".join(batch).encode("utf-8"))
             try:
-                f.write("".join(batch))
-                f.flush()
-            except OSError as e:  # a full disk: the records before this batch stay, the next run resumes
+                while data:  # an unbuffered write may write part of the bytes
+                    data = data[f.write(data) :]
+            except OSError as e:  # a full disk or a file-size limit: the records before this batch stay
                 raise ConceptNormError(Errors.E986.format(path=output_path, detail=e.strerror or e)) from None
             batch.clear()
             writing = False
@@ -238,7 +240,6 @@ def annotate(
         finally:  # also on KeyboardInterrupt or a --strict error: keep every completed record
             if not writing:
                 flush()
-            f.flush()
             os.fsync(f.fileno())
             summary.seconds = time.perf_counter() - start
     if stop:

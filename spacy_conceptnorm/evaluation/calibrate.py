@@ -37,13 +37,9 @@ from .recognition import tune_link_filter
 DOMAIN_BIT = SOURCE_BITS[DOMAIN]
 SIEVE_THRESHOLDS = (0.9, 0.92, 0.94, 0.95, 0.96, 0.97, 0.98, 0.99, 1.0)
 # The confidence model also learns from simulated out-of-KB mentions (so that NIL can be told from a right link):
-# their links weigh OUT_OF_KB_WEIGHT of the in-KB links' in all. Chosen on NCBI-disease dev, 2-fold split by
-# mention text, fitted and scored on different hold-outs (out-of-KB share turned NIL for one point of in-KB
-# accuracy / in-KB ECE): 0 -> 36% / 3.8%, 0.05 -> 51% / 5.2%, 0.1 -> 57% / 7.0%, 0.25 -> 59% / 8.7%,
-# 0.5 -> 61% / 10.8% (the five evidence values before the word overlap: 19-20% at every weight). 0.05 buys most
-# of the NIL detection for the least calibration error on in-KB links. Checked again with the concept prior in
-# the evidence (out-of-KB share turned NIL for half a point of in-KB accuracy, 8 scoring hold-outs pooled over the
-# folds / in-KB ECE): 0.025 -> 40% / 1.8%, 0.05 -> 47% / 2.7%, 0.1 -> 51% / 3.4%.
+# their links weigh OUT_OF_KB_WEIGHT of the in-KB links' in all. More weight turns more out-of-KB mentions NIL and
+# calibrates the in-KB links worse; 0.05, chosen on NCBI-disease dev (docs/benchmarks.md), buys most of the NIL
+# detection for the least calibration error on in-KB links.
 OUT_OF_KB_WEIGHT = 0.05
 OUT_OF_KB_SEEDS = 4
 

@@ -47,7 +47,7 @@ from .gold import get_normalizer, link_gold_mentions
 NIL_STRATEGIES = ("in_kb_budget", "first_fp", "last_tp", "weighted")
 IN_KB_BUDGET = 0.005  # in-KB accuracy (a share of the in-KB mentions) `in_kb_budget` may give up: half a point
 # Test hold-outs whose accuracies `nil_figures` also averages (seeds `seed` onwards): one hold-out is a noisy
-# measure, its out-of-KB share at one threshold ranged from 22% to 68% over 8 NCBI-disease dev hold-outs.
+# measure, as which concepts are held out moves the out-of-KB share at one threshold widely.
 TEST_HOLD_OUTS = 8
 
 
@@ -118,7 +118,7 @@ def held_out_concepts(kb: KnowledgeBase, docs: Iterable[Doc], fraction: float = 
     """Random gold concepts (seeded) whose mentions make up about `fraction` of the docs' gold mentions.
 
     Concepts are drawn uniformly, not mentions: drawing 20% of the mentions would almost surely hit every
-    frequent concept and hide most of the corpus (76% of NCBI dev). Concepts are added until their mentions
+    frequent concept and hide most of the corpus. Concepts are added until their mentions
     reach the fraction, so the last one may overshoot it.
     """
     if not 0.0 < fraction < 1.0:

@@ -6,11 +6,9 @@ The `link_filter` component drops entities whose calibrated `kb_confidence` is b
 confidence model, which `calibrate` fits on dev, so `calibrate` then chooses them too: the pipeline runs on the dev
 texts without the filter, and each pair of thresholds of `LINK_FILTER_GRID` is scored end to end on those docs; the
 pair with the best sum of NER F1 and NER+linking F1, the two end-to-end headlines, is kept (ties: one threshold for
-all entities, then the lower). 0.0 keeps every entity. (NER+linking F1 alone is flat over a wide range of
-thresholds, within 0.3 points on NCBI-disease dev from 0.5 to 0.8, while each step up costs NER F1: 84.69 at 0.5,
-82.45 at 0.8; taking the highest NER+linking F1 alone chose 0.8 there. A threshold of its own for the dictionary's
-entities, 74 of 905 on dev: NER / NER+linking F1 84.51 / 77.49 with 0.5 for all, 84.89 / 78.33 with 0.9 for the
-dictionary's, 84.29 / 77.58 without them; the run all of 79ccf69 on a 2-core AVX2 machine.)
+all entities, then the lower). 0.0 keeps every entity. NER+linking F1 alone is flat over a wide range of
+thresholds while each step up costs NER F1, so it alone would choose a threshold that drops right entities. The
+dictionary's entities get a threshold of their own, which scored better on dev than one for all (docs/benchmarks.md).
 """
 
 from __future__ import annotations

@@ -583,6 +583,8 @@ class CompositeSplitter(Pipe):
             data = srsly.read_json(file)
         except ValueError as err:
             raise ConceptNormError(Errors.E503.format(path=file, detail=err)) from err
+        except OSError as err:  # a directory or an unreadable file in its place
+            raise ConceptNormError(Errors.E503.format(path=file, detail=err.strerror)) from None
         digest = data.pop("sha256", None) if isinstance(data, dict) else None
         if digest is not None and digest != _digest(data):  # files saved before the checksum have none
             raise ConceptNormError(Errors.E503.format(path=file, detail="the content does not match its sha256"))
