@@ -135,12 +135,10 @@ def prose_lines(path: Path) -> list[str]:
 
 
 def relative_links(path: Path) -> list[str]:
-    links = []
-    for line in prose_lines(path):
-        for target in LINK.findall(INLINE_CODE.sub("", line)):
-            if not re.match(r"^[a-z][a-z0-9+.-]*:", target, re.IGNORECASE):  # http:, https:, mailto: ...
-                links.append(target)
-    return links
+    """The targets of a Markdown file's links and images that name no scheme (http:, mailto:, ...), also where a
+    link's text runs over a line break."""
+    prose = INLINE_CODE.sub("", "\n".join(prose_lines(path)))
+    return [t for t in LINK.findall(prose) if not re.match(r"^[a-z][a-z0-9+.-]*:", t, re.IGNORECASE)]
 
 
 @pytest.mark.parametrize("path", DOCS, ids=[str(p.relative_to(ROOT)) for p in DOCS])
