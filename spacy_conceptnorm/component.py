@@ -34,14 +34,12 @@ from .encoder import PACKAGED_MODEL, NameEncoder
 from .errors import ConceptNormError, Errors, Warnings
 from .index import INDEX_TYPES, VectorIndex
 from .kb import DOMAIN, SOURCE_BITS, KnowledgeBase, checked_pairs
-from .ranking.lexical import LexicalIndex
 from .ranking.linker import Linker
 from .ranking.ranker import Ranker
 from .scoring import NIL, gold_ids, score_linking
 from .search import Match, SieveSearcher
 from .util import (
     CHECKSUMS,
-    atomic_open,
     checksums_skipped,
     read_json,
     verify_checksums,
@@ -215,24 +213,18 @@ class ConceptNormalizer(Pipe):
         _check(_int_from(value, 0), "cache_size", "an integer >= 0", value)
         self._cache_size = value
         if self.linker is not None:
-            self.linker.cache_size = value
-            while len(self.linker._cache) > value:
-                self.linker._cache.popitem(last=False)
+            self.linker.resize(value)
 
     def _new_linker(self) -> Linker:
-        linker = Linker(self.searcher, self.ranker)
-        linker.cache_size = self.cache_size
-        return linker
+        return Linker(self.searcher, self.ranker, cache_size=self.cache_size)
 
     def cache_info(self) -> dict[str, int]:
         """The cache of linked mention texts: {"hits", "lookups" (distinct texts per batch looked up), "size",
         "max_size"}, counted since the pipeline was loaded or initialized (zeros while the cache is off because
         the ranker reads contexts)."""
-        linker = self.linker
-        if linker is None:
+        if self.linker is None:
             return {"hits": 0, "lookups": 0, "size": 0, "max_size": self.cache_size}
-        return {"hits": linker.cache_hits, "lookups": linker.cache_lookups, "size": len(linker._cache),
-                "max_size": linker.cache_size}  # fmt: skip
+        return self.linker.cache_info()
 
     # --- set-up -------------------------------------------------------------------------------------------------
     @property
@@ -404,10 +396,7 @@ class ConceptNormalizer(Pipe):
                     contexts.extend(context for _ in part_q)
         found = iter(zip(texts, self.linker.link(texts, contexts)))
         return [
-            [
-                [max((next(found) for _ in part_q), key=_preference) for part_q in ent_q]
-                for _, ent_q in doc_q
-            ]
+            [[max((next(found) for _ in part_q), key=_preference) for part_q in ent_q] for _, ent_q in doc_q]
             for doc_q in layout
         ]
 
@@ -466,13 +455,13 @@ class ConceptNormalizer(Pipe):
 
     def _writers(self) -> dict[str, Callable[[Path], None]]:
         """The saved parts: cfg (with the encoder's reference), the knowledge base, the name vectors and indexes
-        (with their checksum), and the second stage (ranker weights, confidence model, lexical index, scorers)."""
+        (with their checksum), and the second stage (`Linker.to_disk`)."""
         self._require_searcher()
         return {
             "cfg": lambda p: write_json(p, {**self.cfg, "encoder": self.encoder.config(), "checksums": True}),
             "kb": lambda p: self.kb.to_disk(p),
             "searcher": lambda p: self.searcher.to_disk(p),
-            "linker": lambda p: write_dir_atomically(p, self._write_linker),
+            "linker": lambda p: self.linker.to_disk(p),
         }
 
     def to_disk(self, path: str | Path, *, exclude: Iterable[str] = SimpleFrozenList()) -> None:
@@ -503,47 +492,6 @@ class ConceptNormalizer(Pipe):
             files = sorted(p for p in root.rglob("*") if p.is_file())
             return srsly.msgpack_dumps({p.relative_to(root).as_posix(): p.read_bytes() for p in files})
 
-    def _write_linker(self, path: Path) -> None:
-        """The second stage: ranker weights, confidence model, lexical index and trained pair scorers (the ranker's
-        and the confidence scorer)."""
-        linker = self.linker
-        write_json(path / "models.json", {
-            "ranker": linker.ranker.weights_to_dict() if linker.ranker else None,
-            "counts": linker.ranker.counts if linker.ranker else {},
-            "confidence": linker.confidence.to_dict(),
-        })  # fmt: skip
-        if linker.generator is not None:
-            with atomic_open(path / "lexical.msgpack") as f:
-                f.write(linker.generator.lexical.to_bytes())
-        for where, scorer in _scorer_paths(linker.ranker).items():
-            scorer.to_disk(path / where)
-
-    def _read_linker(self, path: Path) -> Linker:
-        linker = self._new_linker()
-        if not (path / "models.json").exists():  # saved before the ranker existed: nothing trained yet
-            linker.build()
-            return linker
-        models = read_json(path / "models.json")
-        linker.confidence.from_dict(models.get("confidence") or {}, path / "models.json")
-        if linker.ranker is not None:
-            linker.ranker.weights_from_dict(models.get("ranker"), path / "models.json")
-            linker.ranker.counts = linker.generator.counts = {
-                str(k): int(v) for k, v in models.get("counts", {}).items()
-            }
-            if (path / "lexical.msgpack").exists():
-                try:
-                    linker.generator.lexical = LexicalIndex().from_bytes((path / "lexical.msgpack").read_bytes())
-                except Exception as e:  # msgpack, numpy and scipy raise several types on a damaged file
-                    detail = f"{type(e).__name__}: {e}"
-                    raise ConceptNormError(Errors.E004.format(path=path / "lexical.msgpack", detail=detail)) from None
-                linker.generator.sync()
-            else:
-                linker.generator.build()
-            for where, scorer in _scorer_paths(linker.ranker).items():
-                if (path / where).exists():
-                    scorer.from_disk(path / where)
-        return linker
-
     def from_disk(self, path: str | Path, *, exclude: Iterable[str] = SimpleFrozenList()) -> "ConceptNormalizer":
         """Load what `to_disk` wrote, after checking every file against `checksums.json` (ConceptNormError naming
         a file that is missing or differs; set SPACY_CONCEPTNORM_SKIP_CHECKSUMS=1 to skip the check).
@@ -563,8 +511,7 @@ class ConceptNormalizer(Pipe):
 
     def from_bytes(self, bytes_data: bytes, *, exclude: Iterable[str] = SimpleFrozenList()) -> "ConceptNormalizer":
         """Load what `to_bytes` wrote: the files are written to a temporary directory and loaded by `from_disk`,
-        with its checks; errors name the file as "<bytes>/name". Bytes of the first format (one msgpack per part,
-        no checksum list) load too.
+        with its checks; errors name the file as "<bytes>/name".
 
         bytes_data (bytes): The data.
         exclude (Iterable[str]): Parts not to read: the component keeps its own (see `_load`).
@@ -576,7 +523,6 @@ class ConceptNormalizer(Pipe):
             raise ConceptNormError(Errors.E004.format(path="concept_normalizer bytes", detail=repr(e))) from None
         if not isinstance(files, dict) or ("cfg" not in exclude and "cfg" not in files):
             raise ConceptNormError(Errors.E302.format(path="bytes", detail="no cfg (not a concept_normalizer)"))
-        files = _files_of_first_bytes(files) or files
         if not all(_is_packed_file(name, content) for name, content in files.items()):
             raise ConceptNormError(Errors.E004.format(path="concept_normalizer bytes", detail="not packed files"))
         with tempfile.TemporaryDirectory() as tmp:
@@ -607,7 +553,7 @@ class ConceptNormalizer(Pipe):
 
         def read_linker(path: Path) -> None:
             searcher()
-            self.linker = self._read_linker(path)
+            self.linker = self._new_linker().from_disk(path)
 
         read({
             "cfg": self._read_cfg,
@@ -637,17 +583,6 @@ class ConceptNormalizer(Pipe):
         """Weights saved with the pipeline (from a local directory at save time) replace the configured ones."""
         if path.is_dir():
             self.encoder = _encoder_like(self.encoder, {**self.encoder.config(), "model": str(path)})
-
-
-def _scorer_paths(ranker: Ranker | None) -> dict[str, Any]:
-    """Where each trained pair scorer of the ranker is saved in the linker's directory: the columns' under
-    "scorers/NAME", the confidence scorer under "confidence_scorer"."""
-    if ranker is None:
-        return {}
-    paths = {f"scorers/{name}": scorer for name, scorer in ranker.scorers.items()}
-    if ranker.confidence_scorer is not None:
-        paths["confidence_scorer"] = ranker.confidence_scorer
-    return paths
 
 
 def _encoder_like(encoder: Any, config: dict) -> Any:
@@ -684,22 +619,6 @@ def _check_index(index: Any) -> None:
     for key in set(index) - {"index_type"}:
         low = 0 if key == "ivf_nlist" else 1  # 0 lists: chosen from the number of names
         _check(_int_from(index[key], low), f"index.{key}", f"an integer >= {low}", index[key])
-
-
-def _files_of_first_bytes(parts: dict) -> dict[str, bytes] | None:
-    """The files of bytes in the first `to_bytes` format (747b0ee to 24a3765: {part: msgpack({path in the part, or
-    "." for a part that is one file: content})}, no checksum list) as {relative path: content}; None for bytes
-    in today's format, whose "cfg" is the JSON file itself."""
-    files: dict[str, bytes] = {}
-    for part, packed in parts.items():
-        try:
-            inner = srsly.msgpack_loads(packed) if isinstance(packed, bytes) else None
-        except Exception:  # JSON, safetensors, ...: a file of today's format
-            return None
-        if not isinstance(inner, dict) or not all(isinstance(c, bytes) for c in inner.values()):
-            return None  # e.g. the KB's own msgpack of today's format
-        files.update({part if name == "." else f"{part}/{name}": content for name, content in inner.items()})
-    return files
 
 
 def _is_packed_file(name: Any, content: Any) -> bool:

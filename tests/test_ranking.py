@@ -213,11 +213,11 @@ def test_ngram_range_reaches_the_lexical_index_and_is_saved(train_docs, kb, tmp_
     normalizer = nlp.add_pipe("concept_normalizer", config={"strategy": "D-T+OD-T", "ranker": ranker})
     normalizer.encoder = TrigramEncoder()
     normalizer.initialize(lambda: [Example(d, d) for d in train_docs], nlp=nlp, kb=kb)
-    assert normalizer.linker.generator.lexical.ngram_range == (2, 4)
-    assert max(map(len, normalizer.linker.generator.lexical.tfidf.vocabulary_)) == 4
+    assert normalizer.linker.candidate_generator().lexical.ngram_range == (2, 4)
+    assert max(map(len, normalizer.linker.candidate_generator().lexical.tfidf.vocabulary_)) == 4
     nlp.to_disk(tmp_path / "p")
     loaded = spacy.load(tmp_path / "p").get_pipe("concept_normalizer")
-    assert loaded.ranker.ngram_range == (2, 4) and loaded.linker.generator.lexical.ngram_range == (2, 4)
+    assert loaded.ranker.ngram_range == (2, 4) and loaded.linker.candidate_generator().lexical.ngram_range == (2, 4)
 
 
 def linker_pipeline(train_docs, kb):

@@ -46,8 +46,8 @@ def _use(normalizer, ranker: Ranker | None, lexical) -> None:
     """Swap the component's ranker (the fitted lexical index is kept)."""
     normalizer.ranker = ranker
     normalizer.linker = Linker(normalizer.searcher, ranker)
-    if normalizer.linker.generator is not None:
-        normalizer.linker.generator.lexical = lexical
+    if ranker is not None:
+        normalizer.linker.candidate_generator(lexical)
 
 
 def _speed(nlp, docs) -> float:
@@ -75,10 +75,7 @@ def main(
     normalizer = get_normalizer(nlp)[1]
     train_docs, dev_docs, test_docs = (read_gold_docs(nlp, p) for p in (train, dev, test))
     refined_out = {normalizer.kb.normalizer(e.text) for e in mention_spans(train_docs)}
-    base = normalizer.linker.generator or Linker(normalizer.searcher, Ranker()).generator
-    if base.lexical is None:
-        base.build()
-    lexical = base.lexical
+    lexical = Linker(normalizer.searcher, normalizer.ranker or Ranker()).candidate_generator().lexical
 
     def score(label: str, seconds: float | None) -> dict:
         with dev_mentions_hidden(nlp, dev_docs, train_docs):

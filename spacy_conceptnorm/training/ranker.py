@@ -88,7 +88,7 @@ def ranking_examples(
 ) -> list[RankingExample]:
     """Ranking examples of the docs' gold mentions, each fold linked without its own domain names."""
     normalizer = normalizer_of(nlp)
-    generator = normalizer.linker.generator
+    generator = normalizer.linker.candidate_generator()  # fits the lexical index unless it is there
     counts_before = generator.counts
     order = list(range(len(docs)))
     random.Random(seed).shuffle(order)
@@ -181,7 +181,7 @@ def train_ranker(
         raise ConceptNormError(Errors.E314)
     dev_only = doc_pairs(normalizer, dev_docs) - doc_pairs(normalizer, train_docs)
     report: dict = {"folds": folds, "seed": seed}
-    ranker.counts = normalizer.linker.generator.counts = concept_counts(normalizer, train_docs)
+    ranker.counts = normalizer.linker.candidate_generator().counts = concept_counts(normalizer, train_docs)
     with normalizer.synonyms_hidden(dev_only):
         t = time.perf_counter()
         train = ranking_examples(nlp, train_docs, folds, seed, log)
