@@ -1,14 +1,14 @@
 """The `concept_normalizer` pipeline component: links `doc.ents` to knowledge-base concepts.
 
 For each entity it sets
-- `ent.kb_id_`: the best concept id; parts of a composite joined by "|" in text order; "NIL" when the best score
-  confidence is under `nil_threshold` (or the mention is empty);
+- `ent.kb_id_`: the best concept id; parts of a composite joined by "|" in text order; "NIL" when its confidence
+  is under `nil_threshold` (or the mention is empty);
 - `ent._.kb_ents`: [(concept_id, score), ...] best first, scispacy's shape (ranker probabilities when the ranker
   answered, else cosines); for a composite, the parts' candidates merged (per part in `kb_parts`);
 - `ent._.kb_confidence`: the probability that `kb_id_` is right (calibrated on dev by `calibrate`; the lowest
   part's for a composite); `kb_id_` is "NIL" when it is under `nil_threshold`;
 - `ent._.kb_name`, `ent._.kb_stage`: the name that matched and the sieve stage that answered ("|"-joined parts);
-- `ent._.kb_parts`: per part, {"text", "kb_id", "candidates", "name", "stage"}.
+- `ent._.kb_parts`: per part, {"text", "kb_id", "candidates", "name", "stage", "confidence"}.
 Values live in `doc.user_data`, so they survive DocBin (store_user_data=True) and `nlp.pipe(n_process=...)`.
 """
 
@@ -142,7 +142,8 @@ class ConceptNormalizer(Pipe):
         the long form only, "mention" ignores long forms.
     split_composites (bool): With `composite_splitter` before it, link each part of a composite mention.
     ranker (Optional[Ranker]): The second stage over the sieve's and lexical candidates (trained by
-        `spacy_conceptnorm train-ranker`; until then the sieve's answer stands). None: the sieve alone.
+        `spacy_conceptnorm train-ranker`; until then, and when it keeps the sieve's order, the sieve's answer
+        stands and no lexical index is built). None: the sieve alone.
     consistency (bool): One normalized mention text gets one concept within a document unless the linker is
         confident otherwise, and an undefined abbreviation takes the concept of the entity it abbreviates.
     cache_size (int): Normalized mention texts whose answers are remembered across batches (least recently
@@ -219,9 +220,9 @@ class ConceptNormalizer(Pipe):
         return Linker(self.searcher, self.ranker, cache_size=self.cache_size)
 
     def cache_info(self) -> dict[str, int]:
-        """The cache of linked mention texts: {"hits", "lookups" (distinct texts per batch looked up), "size",
-        "max_size"}, counted since the pipeline was loaded or initialized (zeros while the cache is off because
-        the ranker reads contexts)."""
+        """The cache of linked mention texts (`Linker.cache_info`): {"hits", "lookups" (distinct texts per batch
+        looked up), "size", "max_size"}, counted since the pipeline was loaded or initialized (zeros while the
+        cache is off because the ranker reads contexts)."""
         if self.linker is None:
             return {"hits": 0, "lookups": 0, "size": 0, "max_size": self.cache_size}
         return self.linker.cache_info()
@@ -363,9 +364,8 @@ class ConceptNormalizer(Pipe):
         return [ent for ent in doc.ents if not labels or ent.label_ in labels]
 
     def _queries(self, ent: Span) -> list[list[str]]:
-        """Per part of the entity, the texts to search (the mention and/or its long form). (Searching a composite
-        whole when its text is a known name was measured on dev: 7 errors fewer, 8 more, as annotators link the
-        same text both ways.)"""
+        """Per part of the entity, the texts to search (the mention and/or its long form). A composite is searched
+        by its parts even when its whole text is a known name: annotators link such texts both ways."""
         parts = ent._.composite_parts if self.cfg["split_composites"] and ent.has_extension("composite_parts") else None
         if parts:
             return [[p[:MAX_MENTION_CHARS]] for p in parts]
@@ -386,7 +386,7 @@ class ConceptNormalizer(Pipe):
         docs = list(docs)
         layout = [[(ent, self._queries(ent)) for ent in self._entities(doc)] for doc in docs]
         texts, contexts = [], []
-        with_context = self.linker.needs_context  # Doc.text joins every token: 43% of linking time otherwise
+        with_context = self.linker.needs_context  # Doc.text joins every token: built only when a scorer reads it
         for doc, doc_q in zip(docs, layout):
             doc_text = doc.text if with_context and doc_q else ""
             for ent, ent_q in doc_q:

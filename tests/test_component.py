@@ -115,7 +115,7 @@ def test_results_survive_docbin_and_multiprocessing(linker_nlp, test_docs):
         (e.kb_id_, e._.kb_stage) for d in docs for e in d.ents
     ]
     assert [e._.kb_ents[0][0] for d in restored for e in d.ents] == [e.kb_id_ for d in docs for e in d.ents]
-    # forked workers (this used to hang in OpenMP after the parent had encoded the KB)
+    # forked workers after the parent has encoded the KB (OpenMP's thread pool must not hang them)
     forked = list(linker_nlp.pipe([blank_copy(d) for d in test_docs], n_process=2, batch_size=2))
     assert [(e.kb_id_, e._.kb_name) for d in forked for e in d.ents] == [
         (e.kb_id_, e._.kb_name) for d in docs for e in d.ents

@@ -30,7 +30,7 @@ MODELS, LEXICAL = "models.json", "lexical.msgpack"
 
 
 class Linker:
-    """Links normalized mention texts: the sieve's answer, re-ranked when the ranker reorders, with the evidence
+    """Links mention texts: the sieve's answer, re-ranked when the ranker reorders, with the evidence
     the confidence model reads; answers are remembered across calls.
 
     searcher (SieveSearcher): The built sieve.
