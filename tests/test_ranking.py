@@ -281,6 +281,7 @@ def test_train_ranker_keeps_reordering_only_when_dev_says_it_helps(train_docs, t
     sieve = normalizer.searcher.search_keys(keys)
     assert [m.candidates for m in linked] == [sieve[k].candidates for k in keys]
     nlp.to_disk(tmp_path / "p")
+    assert not (tmp_path / "p" / "concept_normalizer" / "linker" / "lexical.msgpack").exists()  # never read
     reloaded = spacy.load(tmp_path / "p").get_pipe("concept_normalizer").ranker
     assert reloaded.reorder is False and reloaded.is_fitted
     data = ranker.weights_to_dict()

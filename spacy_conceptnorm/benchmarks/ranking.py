@@ -52,7 +52,7 @@ def _use(normalizer, ranker: Ranker | None, lexical) -> None:
 
 def _speed(nlp, docs) -> float:
     normalizer = get_normalizer(nlp)[1]
-    normalizer.linker._cache.clear()
+    normalizer.linker.clear_cache()
     docs = strip_links(docs)
     n = sum(len(d.ents) for d in docs)
     off = [p for p in ("abbreviation_resolver", "composite_splitter") if p in nlp.pipe_names] + recognizers(nlp)
@@ -75,7 +75,8 @@ def main(
     normalizer = get_normalizer(nlp)[1]
     train_docs, dev_docs, test_docs = (read_gold_docs(nlp, p) for p in (train, dev, test))
     refined_out = {normalizer.kb.normalizer(e.text) for e in mention_spans(train_docs)}
-    lexical = Linker(normalizer.searcher, normalizer.ranker or Ranker()).candidate_generator().lexical
+    base = normalizer.linker if normalizer.ranker else Linker(normalizer.searcher, Ranker())
+    lexical = base.candidate_generator().lexical
 
     def score(label: str, seconds: float | None) -> dict:
         with dev_mentions_hidden(nlp, dev_docs, train_docs):

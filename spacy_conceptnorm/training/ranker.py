@@ -171,7 +171,8 @@ def train_ranker(
 
     With dev docs, the ranker keeps reordering candidates only if it beats the sieve's order on the dev queries
     beyond chance (`reorder_test` at level `alpha`; `Ranker.reorder`); else the sieve's order stands for every
-    mention.
+    mention. The lexical index the candidate sets need is fitted here when the pipeline has none; a pipeline saved
+    afterwards keeps it only if the ranker reorders (`Linker.to_disk`).
 
     RETURNS (dict): Candidate recall, dev Acc@1 of the sieve and of the ranker, `reorder`, training times.
     """
