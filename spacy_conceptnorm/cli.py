@@ -79,24 +79,6 @@ def train_bne(
     typer.echo(f"trained in {report['train_seconds']} s -> {output}")
 
 
-@app.command("ner-vectors")
-def ner_vectors(
-    output: Path = typer.Argument(..., help="word2vec text file to write (then: spacy init vectors en OUTPUT DIR)"),
-    text: list[Path] = typer.Option([], "--text", help="PubTator file(s) whose text trains them (not the test split)"),
-    kb: Path = typer.Option(None, "--kb", help="Ontology file or saved .kb: each name is a sentence"),
-    ctd: Path = typer.Option(None, "--ctd", help="CTD diseases TSV: its names and definitions join the text"),
-    dim: int = typer.Option(100, "--dim", help="Vector size"),
-    epochs: int = typer.Option(10, "--epochs", help="Passes over the text"),
-    seed: int = typer.Option(0, "--seed", help="Random seed"),
-) -> None:
-    """Train the entity recognizer's static word vectors (configs/ner_vectors.cfg): skip-gram on spaCy's lowercased
-    tokens of the texts, MEDIC's names and CTD's definitions."""
-    from .ner import ner_vector_sentences, train_ner_vectors
-
-    words = train_ner_vectors(ner_vector_sentences(text, kb, ctd), output, dim=dim, epochs=epochs, seed=seed)
-    typer.echo(f"{words} word vectors of {dim} dimensions -> {output}")
-
-
 @app.command("preprocess")
 def preprocess(
     sources: list[Path] = typer.Argument(

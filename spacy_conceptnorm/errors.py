@@ -95,6 +95,13 @@ class Errors(metaclass=ErrorsWithCodes):
     E709 = "batch_size {batch_size} is too small for the {strategy!r} sampler: one anchor's group needs {needed} names."
     E710 = "The checkpoint in {path} is unreadable or does not match this config ({detail})."
     E711 = "{what} must give {expected}, got {found}: register the function with @spacy.registry.misc."
+    # second-stage pair scorers: the CNN ranker (ranking/cnn.py) and the cross-encoder (ranking/cross_encoder.py)
+    E720 = "Cannot load the embedding model {model!r} of the CNN ranker: {detail}"
+    E721 = "The CNN ranker's {key} must be {expected}, got {value!r}."
+    E722 = "{path} does not match the CNN ranker's config in {config}: {detail}."
+    E730 = "Cannot load the cross-encoder model {model!r}: {detail}"
+    E731 = "The cross-encoder ranker's {key} must be {expected}, got {value!r}."
+    E732 = "Cannot load the cross-encoder saved in {path}: {file} is unreadable ({detail})."
     # evaluation and data
     E601 = "{path}: document {pmid}: annotation {start}-{end} {text!r} does not match the document text."
     E602 = "{path}: cannot parse PubTator ({detail})."

@@ -1,13 +1,11 @@
 """The knowledge base: concepts and the names that denote them.
 
-A concept has an id (kept as the ontology writes it), alternative ids, a canonical name, parents, a definition and
-types. Names are stored normalized (see `text.normalize`) and map to the concepts they denote, each link tagged by
-its source: `ontology` (synonyms from the vocabulary, the paper's O) or `domain` (mentions from annotated text or
-user-supplied synonyms, the paper's D). One string may denote several concepts.
+A concept (`concept.Concept`) has an id (kept as the ontology writes it), alternative ids, a canonical name,
+parents, a definition and types. Names are stored normalized (see `text.normalize`) and map to the concepts they
+denote, each link tagged by its source: `ontology` (synonyms from the vocabulary, the paper's O) or `domain`
+(mentions from annotated text or user-supplied synonyms, the paper's D). One string may denote several concepts.
 
-Loaders stream their file and report `file:line` for a malformed line. Formats: CTD TSV (MEDIC diseases,
-chemicals), the MEDIC/BioSyn pipe format (`ID|ALT||name|synonym...`, also `ID||name` dictionaries),
-scispacy-compatible JSONL, OBO and UMLS MRCONSO.RRF.
+`load_kb` builds one from an ontology file (the formats of `kb_formats`) or loads one saved by `to_disk`.
 """
 
 from __future__ import annotations
@@ -17,7 +15,6 @@ import re
 import zlib
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -25,41 +22,18 @@ import srsly
 from spacy.util import registry
 
 from .compact import LinkLists, StringTable, array_bytes, array_from, as_numpy
+from .concept import Concept
 from .errors import ConceptNormError, Errors
+from .kb_formats import READERS, guess_format, read_records
 from .text.normalize import TextNormalizer
-from .util import atomic_open, check_format, read_lines
+from .util import atomic_open, check_format
 
 ONTOLOGY = "ontology"
 DOMAIN = "domain"
 SOURCE_BITS = {ONTOLOGY: 1, DOMAIN: 2}
-FORMAT_TAG, FORMAT_VERSION = "spacy_conceptnorm.kb", 2  # 2: compact tables (1: Python lists, still read)
+FORMAT_TAG, FORMAT_VERSION = "spacy_conceptnorm.kb", 2
 
 _PREFIX = re.compile(r"^[A-Za-z][\w.-]*:")
-
-
-@dataclass
-class Concept:
-    """A concept of the ontology.
-
-    concept_id (str): The id, as the ontology writes it.
-    canonical_name (str): The preferred name.
-    alt_ids (tuple): Other ids of the same concept (e.g. OMIM ids of a MEDIC concept); a gold id matches the
-        concept when it is any of its ids.
-    parents (tuple): Ids of the parent concepts.
-    definition (str): A definition, if the ontology gives one.
-    types (tuple): Semantic types or categories.
-    """
-
-    concept_id: str
-    canonical_name: str
-    alt_ids: tuple[str, ...] = ()
-    parents: tuple[str, ...] = ()
-    definition: str = ""
-    types: tuple[str, ...] = ()
-
-    @property
-    def ids(self) -> tuple[str, ...]:
-        return (self.concept_id, *self.alt_ids)
 
 
 class ConceptTable(Mapping[str, Concept]):
@@ -431,15 +405,12 @@ class KnowledgeBase:
 
     @classmethod
     def from_disk(cls, path: str | Path) -> KnowledgeBase:
-        """Read a knowledge base written by `to_disk` (this format, or version 1: Python lists); a truncated or
-        foreign file raises ConceptNormError."""
+        """Read a knowledge base written by `to_disk`; a truncated, corrupt or foreign file raises
+        ConceptNormError naming it."""
         data = _read_entries(path)
         kb = cls(TextNormalizer(**data["normalizer"]))
         try:
-            if data["version"] == 1:
-                kb._read_version_1(data)
-            else:
-                kb._read(data)
+            kb._read(data)
         except (KeyError, TypeError, ValueError, IndexError) as e:
             raise ConceptNormError(Errors.E004.format(path=path, detail=f"{type(e).__name__}: {e}")) from None
         return kb
@@ -462,31 +433,6 @@ class KnowledgeBase:
         _check_range("link owners", self._links.owner, -1, n)
         _check_range("id variants", self._id_concept, 0, len(self.concepts))
         self._repeats = {(key, cid, int(bit)): int(n) for key, cid, bit, n in data["repeats"]}
-
-    def _read_version_1(self, data: dict) -> None:
-        """The first format: concepts and names as lists (read, then kept in the compact tables)."""
-        for cid, name, alt, parents, definition, types in data["concepts"]:
-            concept = Concept(cid, name, tuple(alt), tuple(parents), definition, tuple(types))
-            index = self.concepts.add(concept)
-            for any_id in concept.ids:
-                for variant in _id_variants(any_id):
-                    if self._ids.add(variant) == len(self._id_concept):
-                        self._id_concept.append(index)
-        for key, surface, links in data["names"]:
-            name_id = self._keys.add(key)
-            self._surface_of.append(self._surfaces.add(surface))
-            self._links.grow(name_id + 1)
-            for cid, bits in links:
-                self._links.add(name_id, self.concepts.index(cid), int(bits))
-        for index, concept in enumerate(self.concepts.values()):
-            key = self.normalizer(concept.canonical_name)
-            if key:  # a canonical name that is no longer a name is kept as one without concepts
-                name_id = self._keys.add(key)
-                if name_id == len(self._surface_of):
-                    self._surface_of.append(self._surfaces.add(concept.canonical_name))
-                    self._links.grow(name_id + 1)
-                self.concepts._canonical_key[index] = name_id
-        self._repeats = {(key, cid, int(bit)): int(n) for key, cid, bit, n in data.get("repeats", [])}
 
     @classmethod
     def from_records(
@@ -523,12 +469,12 @@ def _read_entries(path: str | Path) -> dict:
                 key = unpacker.unpack()
                 data[key] = unpacker.unpack()
                 if key == "version":  # written after "format": a foreign file is refused before it is read whole
-                    check_format(path, data, "knowledge base", FORMAT_TAG, (FORMAT_VERSION, 1))
+                    check_format(path, data, "knowledge base", FORMAT_TAG, FORMAT_VERSION)
     except ConceptNormError:
         raise
     except Exception as e:  # msgpack raises several unrelated types on truncation
         raise ConceptNormError(Errors.E004.format(path=path, detail=f"{type(e).__name__}: {e}")) from None
-    return check_format(path, data, "knowledge base", FORMAT_TAG, (FORMAT_VERSION, 1))
+    return check_format(path, data, "knowledge base", FORMAT_TAG, FORMAT_VERSION)
 
 
 def _crc32(value: object, crc: int = 0) -> int:
@@ -574,205 +520,6 @@ def _id_variants(concept_id: str) -> list[str]:
     return [concept_id, bare] if bare != concept_id else [concept_id]
 
 
-def _split(value: str) -> tuple[str, ...]:
-    return tuple(v.strip() for v in value.split("|") if v.strip())
-
-
-# --- loaders ------------------------------------------------------------------------------------------------------
-Record = tuple[Concept, list[str]]
-
-
-def _malformed(path: Path, lineno: int, reason: str, line: str) -> ConceptNormError:
-    return ConceptNormError(Errors.E001.format(path=path, line=lineno, reason=reason, text=line[:200]))
-
-
-def read_ctd_tsv(path: str | Path) -> Iterator[Record]:
-    """CTD vocabulary TSV (`CTD_diseases.tsv[.gz]`, `CTD_chemicals.tsv[.gz]`). Column names come from the
-    `# Fields:` header; ids keep their `MESH:`/`OMIM:` prefixes."""
-    path = Path(path)
-    columns = ["DiseaseName", "DiseaseID", "AltDiseaseIDs", "Definition", "ParentIDs", "TreeNumbers",
-               "ParentTreeNumbers", "Synonyms", "SlimMappings"]  # fmt: skip
-    previous = ""
-    for lineno, line in read_lines(path):
-        if line.startswith("#"):
-            if previous.strip() == "# Fields:":
-                columns = line.lstrip("# ").split("\t")
-            previous = line
-            continue
-        if not line.strip():
-            continue
-        values = line.split("\t")
-        if len(values) < 2 or len(values) > len(columns):
-            raise _malformed(path, lineno, f"expected up to {len(columns)} tab-separated columns", line)
-        row = dict(zip(columns, values))
-        name = row[columns[0]].strip()
-        cid = row[columns[1]].strip()
-        if not name or not cid:
-            raise _malformed(path, lineno, "empty name or id", line)
-        alt_key = next((c for c in columns if c.startswith("Alt")), None)
-        concept = Concept(
-            cid,
-            name,
-            alt_ids=_split(row.get(alt_key, "")) if alt_key else (),
-            parents=_split(row.get("ParentIDs", "")),
-            definition=row.get("Definition", "").strip(),
-            types=_split(row.get("SlimMappings", "")),
-        )
-        yield concept, list(_split(row.get("Synonyms", "")))
-
-
-def read_pipe_dictionary(path: str | Path) -> Iterator[Record]:
-    """The MEDIC 2012 / BioSyn format: `ID[|ALT...]||name[|synonym...]`, one or more lines per concept.
-
-    MEDIC writes OMIM ids as bare numbers; they are given the `OMIM:` prefix the corpora and CTD use. The first
-    MeSH-like id (C/D + digits) is the concept id, since some lines list an OMIM id first.
-    """
-    path = Path(path)
-    for lineno, line in read_lines(path):
-        if not line.strip():
-            continue
-        ids_part, sep, names_part = line.partition("||")
-        ids = [("OMIM:" + i if i.isdigit() else i) for i in _split(ids_part)]
-        names = list(_split(names_part))
-        if not sep or not ids or not names:
-            raise _malformed(path, lineno, "expected 'ID||name'", line)
-        primary = next((i for i in ids if re.fullmatch(r"(MESH:)?[CD]\d+", i)), ids[0])
-        alt = tuple(i for i in ids if i != primary)
-        yield Concept(primary, names[0], alt_ids=alt), names[1:]
-
-
-def read_jsonl(path: str | Path) -> Iterator[Record]:
-    """scispacy's KB JSONL: `{"concept_id", "canonical_name", "aliases", "types", "definition"}` per line."""
-    path = Path(path)
-    for lineno, line in read_lines(path):
-        if not line.strip():
-            continue
-        try:
-            obj = srsly.json_loads(line)
-            concept = Concept(
-                str(obj["concept_id"]),
-                str(obj["canonical_name"]),
-                types=tuple(obj.get("types") or ()),
-                definition=obj.get("definition") or "",
-                parents=tuple(obj.get("parents") or ()),
-                alt_ids=tuple(obj.get("alt_ids") or ()),
-            )
-            aliases = [str(a) for a in obj.get("aliases") or ()]
-        except (ValueError, KeyError, TypeError) as e:
-            raise _malformed(path, lineno, f"{type(e).__name__}: {e}", line) from None
-        yield concept, aliases
-
-
-_OBO_QUOTED = re.compile(r'^"((?:[^"\\]|\\.)*)"')
-
-
-def read_obo(path: str | Path) -> Iterator[Record]:
-    """OBO 1.2/1.4 `[Term]` stanzas: id, name, synonym, alt_id, is_a, def, namespace; obsolete terms skipped."""
-    path = Path(path)
-    term: dict | None = None
-
-    def finish(t: dict | None) -> Iterator[Record]:
-        if t and not t["skip"] and t.get("id") and not t.get("obsolete"):
-            if not t.get("name"):
-                raise _malformed(path, t["line"], "term without a name", t["id"])
-            concept = Concept(t["id"], t["name"], tuple(t["alt"]), tuple(t["parents"]), t["def"], tuple(t["types"]))
-            yield concept, t["synonyms"]
-
-    for lineno, line in read_lines(path):
-        line = line.strip()
-        if line.startswith("["):
-            yield from finish(term)
-            term = {"line": lineno, "alt": [], "parents": [], "synonyms": [], "types": [], "def": ""}
-            term["skip"] = line != "[Term]"
-            continue
-        if not line or line.startswith("!"):
-            continue
-        tag, sep, value = line.partition(":")
-        if tag == "id" and (term is None or "id" in term):  # else merged into the term before it
-            raise _malformed(path, lineno, "an 'id' outside a stanza of its own: its [Term] header is missing", line)
-        if term is None or term["skip"]:
-            if tag == "id":
-                term["id"] = value.strip()
-            continue
-        if not sep:
-            raise _malformed(path, lineno, "expected 'tag: value'", line)
-        value = value.strip()
-        if tag in ("synonym", "def"):
-            m = _OBO_QUOTED.match(value)
-            if not m:
-                raise _malformed(path, lineno, f"{tag} value must be quoted", line)
-            text = m.group(1).replace('\\"', '"')
-            term["synonyms"].append(text) if tag == "synonym" else term.__setitem__("def", text)
-        elif tag == "id":
-            term["id"] = value
-        elif tag == "name":
-            term["name"] = value
-        elif tag == "alt_id":
-            term["alt"].append(value)
-        elif tag == "is_a":
-            term["parents"].append(value.split("!")[0].strip())
-        elif tag == "namespace":
-            term["types"].append(value)
-        elif tag == "is_obsolete":
-            term["obsolete"] = value == "true"
-    yield from finish(term)
-
-
-def read_mrconso(
-    path: str | Path, sources: Iterable[str] = (), languages: Iterable[str] = ("ENG",)
-) -> Iterator[Record]:
-    """UMLS `MRCONSO.RRF`, grouped by CUI (the file is sorted by CUI). Keeps rows whose SAB is in `sources`
-    (all when empty) and whose LAT is in `languages`; the preferred name is the first row with TS=P, STT=PF,
-    ISPREF=Y, else the first kept row."""
-    path = Path(path)
-    sources, languages = set(sources), set(languages)
-    cui, names, preferred = None, [], None
-
-    def finish() -> Iterator[Record]:
-        if cui and names:
-            canonical = preferred or names[0]
-            yield Concept(cui, canonical), [n for n in names if n != canonical]
-
-    for lineno, line in read_lines(path):
-        if not line:
-            continue
-        row = line.split("|")
-        if len(row) < 15:
-            raise _malformed(path, lineno, "expected at least 15 '|'-separated MRCONSO fields", line)
-        if (sources and row[11] not in sources) or (languages and row[1] not in languages):
-            continue
-        if row[0] != cui:
-            yield from finish()
-            cui, names, preferred = row[0], [], None
-        names.append(row[14])
-        if preferred is None and row[2] == "P" and row[4] == "PF" and row[6] == "Y":
-            preferred = row[14]
-    yield from finish()
-
-
-READERS = {
-    "ctd": read_ctd_tsv,
-    "medic": read_pipe_dictionary,
-    "id_name": read_pipe_dictionary,
-    "jsonl": read_jsonl,
-    "obo": read_obo,
-    "mrconso": read_mrconso,
-}
-
-
-def guess_format(path: str | Path) -> str:
-    name = Path(path).name.lower().removesuffix(".gz")
-    if name.endswith(".tsv"):
-        return "ctd"
-    if name.endswith((".jsonl", ".json")):
-        return "jsonl"
-    if name.endswith(".obo"):
-        return "obo"
-    if name.endswith(".rrf"):
-        return "mrconso"
-    return "medic"
-
-
 @registry.misc("spacy_conceptnorm.load_kb.v1")
 def load_kb(
     path: str | Path,
@@ -797,11 +544,7 @@ def load_kb(
         return KnowledgeBase.from_disk(path)
     if format not in READERS:
         raise ConceptNormError(Errors.E007.format(fmt=format, choices=["auto", "kb", *READERS]))
-    if format == "mrconso":
-        records = read_mrconso(path, mrconso_sources, mrconso_languages)
-    else:
-        records = READERS[format](path)
-    kb = KnowledgeBase.from_records(records, normalizer)
+    kb = KnowledgeBase.from_records(read_records(path, format, mrconso_sources, mrconso_languages), normalizer)
     if not len(kb):
         raise ConceptNormError(Errors.E983.format(path=path, fmt=format))
     return kb

@@ -23,9 +23,10 @@ import numpy as np
 
 from .encoder import NameEncoder
 from .errors import ConceptNormError, Errors
-from .index import VectorIndex, VectorStore
+from .index import VectorIndex
 from .kb import DOMAIN, ONTOLOGY, KnowledgeBase
 from .util import read_msgpack, write_msgpack
+from .vector_store import VectorStore
 
 TARGET_BITS = {"O": 1, "D": 2, "OD": 3}
 TARGET_SOURCES = {"O": (ONTOLOGY,), "D": (DOMAIN,), "OD": (ONTOLOGY, DOMAIN)}

@@ -2,6 +2,7 @@ import gzip
 import os
 
 import pytest
+import srsly
 
 from spacy_conceptnorm.errors import ConceptNormError
 from spacy_conceptnorm.kb import DOMAIN, ONTOLOGY, SOURCE_BITS, Concept, KnowledgeBase, load_kb
@@ -112,7 +113,9 @@ def test_mrconso_loader_filters_sources_and_languages(tmp_path):
     assert kb.concepts["C0011849"].canonical_name == "Diabetes Mellitus"
     assert kb.concepts_for("dm diabetes mellitus") == []  # SNOMED row filtered out
     assert kb.concepts_for("diabete") == []  # French row filtered out
-    assert kb.concepts_for("dm diabetes mellitus") == [] and len(load_kb(path).names()) == 3
+    everything_english = load_kb(path)  # the SNOMED row kept, the French one still left out
+    assert everything_english.concepts_for("dm diabetes mellitus") == ["C0011849"]
+    assert everything_english.names() == ["diabetes mellitus", "dm diabetes mellitus", "hypertension"]
 
 
 @pytest.mark.parametrize(
@@ -169,3 +172,13 @@ def test_round_trip_and_corrupt_files(kb, tmp_path):
     foreign.write_bytes(b"\x81\xa6format\xa5other")
     with pytest.raises(ConceptNormError, match="not a valid saved knowledge base"):
         load_kb(foreign)
+
+
+def test_a_saved_kb_of_another_format_version_is_refused(tmp_path):
+    """Only the current saved format is read; any other version tag gets E003 naming the file."""
+    old = {"format": "spacy_conceptnorm.kb", "version": 1, "normalizer": {}, "concepts": [], "names": []}
+    (tmp_path / "old.kb").write_bytes(srsly.msgpack_dumps(old))
+    with pytest.raises(
+        ConceptNormError, match=r"\[E003\].*old\.kb.*'spacy_conceptnorm\.kb/1'.*'spacy_conceptnorm\.kb/2'"
+    ):
+        load_kb(tmp_path / "old.kb")

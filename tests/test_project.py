@@ -33,7 +33,7 @@ ALL = [
 ]  # fmt: skip
 # our CLI commands whose options are checked against the script lines
 CHECKED = {
-    "preprocess", "build-kb", "ner-vectors", "train", "train-bne", "assemble", "train-ranker", "calibrate", "evaluate",
+    "preprocess", "build-kb", "train", "train-bne", "assemble", "train-ranker", "calibrate", "evaluate",
 }  # fmt: skip
 runner = CliRunner()
 
@@ -194,7 +194,7 @@ def test_config_functions_have_entry_points():
             assert getattr(registry, kind).get(name) is getattr(importlib.import_module(module), attr)
         # `spacy train` / `spacy assemble` resolve these before any component of ours is created
         used = set()
-        for cfg in ("ner_fast.cfg", "ner_vectors.cfg", "ner_trf.cfg", "pipeline.cfg", "linker.cfg"):
+        for cfg in ("ner_fast.cfg", "ner_trf.cfg", "pipeline.cfg", "linker.cfg"):
             config = load_config(CONFIGS / cfg, interpolate=False)
             used |= {v for path, v in _walk(config) if path.endswith(f"@{kind}") and v.startswith("spacy_conceptnorm.")}
         assert used and used <= set(entries)
@@ -286,64 +286,16 @@ def test_ner_config_resolves_and_trains(corpus, ner_dir):
     assert (ner_dir / "ner" / "model").is_file()
 
 
-@pytest.fixture(scope="module")
-def ner_vectors_dir(corpus, tmp_path_factory) -> Path:
-    """A pipeline from configs/ner_vectors.cfg with a tiny static-vector table (lowercase keys), updated once."""
-    from spacy.training.initialize import convert_vectors
-
-    tmp = tmp_path_factory.mktemp("ner_vectors")
-    words = ["breast", "cancer", "ovarian", "mutations", "the"]
-    rows = "".join(f"{w} 0.{i} 0.5 -0.{i} 1\n" for i, w in enumerate(words))
-    (tmp / "vectors.txt").write_text(f"{len(words)} 4\n{rows}")
-    vectors_nlp = spacy.blank("en")  # what `spacy init vectors en vectors.txt DIR` writes
-    convert_vectors(vectors_nlp, tmp / "vectors.txt", truncate=0, prune=-1)
-    vectors_nlp.to_disk(tmp / "vectors")
-    overrides = {**_ner_overrides(corpus), "paths.vectors": str(tmp / "vectors")}
-    config = load_config(CONFIGS / "ner_vectors.cfg", overrides=overrides, interpolate=False)
-    nlp = load_model_from_config(config, auto_fill=True)
-    docs = list(DocBin().from_disk(corpus / "train.spacy").get_docs(nlp.vocab))
-    examples = [Example(nlp.make_doc(d.text), d) for d in docs]
-    optimizer = nlp.initialize(lambda: examples)
-    assert nlp.vocab.vectors.shape == (len(words), 4)
-    nlp.update(examples[:4], sgd=optimizer)
-    nlp.to_disk(tmp / "model-best")
-    return tmp / "model-best"
-
-
-@pytest.mark.slow
-@pytest.mark.filterwarnings("ignore:.*gold concept ids were not found")
-def test_assemble_loads_the_recognizers_vectors(corpus, ner_vectors_dir, small_kb, tmp_path):
-    output = tmp_path / "pipeline"
-    args = ["assemble", str(CONFIGS / "pipeline.cfg"), str(output), "--paths.ner", str(ner_vectors_dir)]
-    args += ["--paths.kb", str(small_kb)]
-    result = runner.invoke(app, args)
-    assert result.exit_code == 0, result.output
-    nlp = spacy.load(output)
-    assert nlp.vocab.vectors.shape == (5, 4)  # sourcing the ner alone would leave them behind
-    assert nlp.vocab.vectors.find(key=nlp.vocab.strings["breast"]) >= 0
-    nlp("BREAST cancer runs in families.")
-
-
-def test_ner_vectors_config_keeps_the_vectors(ner_vectors_dir):
-    nlp = spacy.load(ner_vectors_dir)
-    assert nlp.vocab.vectors.shape == (5, 4)
-    assert nlp.vocab["breast"].has_vector and not nlp.vocab["Breast"].has_vector  # lowercase keys, ORTH lookup
-    assert nlp("Germline mutations cause breast cancer.").text  # the ner runs with its vectors
-
-
 def test_train_ner_runs_every_recognizer_config():
     """`train-ner` passes the same overrides whichever config `--vars.ner` picks: each config must have them all."""
-    for ner in ("trf", "fast", "vectors"):
+    for ner in ("trf", "fast"):
         raw = copy.deepcopy(srsly.read_yaml(ROOT / "project.yml"))
         raw = substitute_project_variables(raw, overrides={"vars.ner": ner})
         line = next(c for c in raw["commands"] if c["name"] == "train-ner")["script"][0]
         argv = split_command(line)
         assert argv[4] == f"configs/ner_{ner}.cfg"
-        assert {"paths.vectors", "paths.transformer"} <= set(_overrides(argv))
+        assert "paths.transformer" in _overrides(argv)
         _assert_config_takes_overrides(argv)
-    # only configs/ner_vectors.cfg reads the static vectors that `train-ner` passes to all three
-    assert load_config(CONFIGS / "ner_fast.cfg")["initialize"]["vectors"] is None
-    assert load_config(CONFIGS / "ner_trf.cfg")["initialize"]["vectors"] is None
 
 
 def test_ner_trf_config_uses_the_packaged_minilm(corpus):

@@ -20,7 +20,8 @@ from spacy.language import Language
 from spacy.tokens import Span
 
 from spacy_conceptnorm.errors import ConceptNormError
-from spacy_conceptnorm.kb import READERS, load_kb
+from spacy_conceptnorm.kb import load_kb
+from spacy_conceptnorm.kb_formats import READERS
 from spacy_conceptnorm.text.abbreviations import find_abbreviations
 from spacy_conceptnorm.text.composites import split_composite
 from spacy_conceptnorm.text.normalize import TextNormalizer

@@ -15,7 +15,6 @@ from spacy_conceptnorm.errors import ConceptNormError
 from spacy_conceptnorm.kb import load_kb
 from spacy_conceptnorm.ranking.candidates import FEATURES, CandidateGenerator
 from spacy_conceptnorm.ranking.confidence import (
-    FIRST_EVIDENCE,
     Confidence,
     expected_calibration_error,
     reliability,
@@ -125,7 +124,7 @@ def test_word_overlap_of_mention_and_answering_name():
     assert word_overlap("", "") == {"jaccard": 0.0, "mention_left": 0.0, "name_left": 0.0}
 
 
-def test_confidence_weights_out_of_kb_links_and_reads_older_models(tmp_path):
+def test_confidence_weights_out_of_kb_links_and_refuses_a_model_that_does_not_fit(tmp_path):
     rng = np.random.default_rng(2)
     right = [{"score": float(s), "jaccard": 1.0} for s in rng.uniform(0.8, 1.0, 200)]
     # links of missing concepts: as close by cosine, but the answering name shares half the words
@@ -136,16 +135,19 @@ def test_confidence_weights_out_of_kb_links_and_reads_older_models(tmp_path):
     probe = {"score": 0.9, "jaccard": 0.5, "mention_left": 0.5}
     assert heavy([probe])[0] < light([probe])[0]
     assert heavy([probe])[0] < 0.5 < heavy([{"score": 0.9, "jaccard": 1.0}])[0]
-    # a model saved before the word overlap: five weights, no column list
-    old = Confidence().from_dict({"coef": [10.0, 0, 0, 0, 0], "intercept": -9.0})
-    assert old.columns == FIRST_EVIDENCE
-    assert old([{"score": 1.0, "jaccard": 0.0}])[0] == pytest.approx(1 / (1 + np.exp(-1.0)))
-    with pytest.raises(ConceptNormError, match=r"models\.json.*3 weights"):
-        Confidence().from_dict({"coef": [1.0, 2.0, 3.0], "intercept": 0.0}, tmp_path / "models.json")
-    with pytest.raises(ConceptNormError, match="confidence model"):
-        Confidence().from_dict({"coef": [1.0] * 5, "intercept": "high"})
-    with pytest.raises(ConceptNormError, match="confidence model"):
-        Confidence().from_dict({"coef": [1.0], "columns": [["score"]]})
+    # read back from its saved columns: 10 x score - 9 for a score of 1 is a logit of 1
+    saved = Confidence().from_dict({"coef": [10.0, 0.0], "intercept": -9.0, "columns": ["score", "jaccard"]})
+    assert saved([{"score": 1.0, "jaccard": 0.0}])[0] == pytest.approx(1 / (1 + np.exp(-1.0)))
+    five = ["score", "margin", "dense", "exact", "domain_stage"]
+    with pytest.raises(ConceptNormError, match=r"E004.*models\.json.*3 weights"):
+        Confidence().from_dict({"coef": [1.0, 2.0, 3.0], "intercept": 0.0, "columns": five}, tmp_path / "models.json")
+    # a model without its column list (there never was a release without one) is refused, not guessed at
+    with pytest.raises(ConceptNormError, match=r"E004.*models\.json.*without 'columns'"):
+        Confidence().from_dict({"coef": [1.0] * 5, "intercept": 0.0}, tmp_path / "models.json")
+    with pytest.raises(ConceptNormError, match="E004.*confidence model"):
+        Confidence().from_dict({"coef": [1.0] * 5, "intercept": "high", "columns": five})
+    with pytest.raises(ConceptNormError, match="E004.*confidence model"):
+        Confidence().from_dict({"coef": [1.0], "intercept": 0.0, "columns": [["score"]]})
 
 
 @pytest.fixture
@@ -285,11 +287,16 @@ def test_train_ranker_keeps_reordering_only_when_dev_says_it_helps(train_docs, t
     reloaded = spacy.load(tmp_path / "p").get_pipe("concept_normalizer").ranker
     assert reloaded.reorder is False and reloaded.is_fitted
     data = ranker.weights_to_dict()
-    del data["reorder"]  # saved before the setting existed: the ranker reorders
-    ranker.weights_from_dict(data)
+    assert sorted(data) == ["coef", "mean", "reorder", "scale"]  # no intercept: the softmax has no use for one
+    ranker.weights_from_dict({**data, "reorder": True, "intercept": [0.0]})  # a key it does not read is ignored
     assert ranker.reorder is True
-    with pytest.raises(ConceptNormError, match="E004"):
+    with pytest.raises(ConceptNormError, match="E004.*ranker reorder"):
         ranker.weights_from_dict({**data, "reorder": "no"})
+    # weights without the setting (there never was a release without it) are refused, not guessed at
+    del data["reorder"]
+    with pytest.raises(ConceptNormError, match="E004.*without 'reorder'"):
+        ranker.weights_from_dict(data)
+    assert ranker.reorder is True and ranker.is_fitted  # a refused file changes nothing
 
 
 def test_reorder_test_is_an_exact_one_sided_sign_test():

@@ -7,6 +7,7 @@ name, and names of other concepts, preferably sharing a word with the mention, a
 
 import json
 import random
+import re
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -144,7 +145,7 @@ def test_missing_or_corrupt_files_raise_naming_the_file(tmp_path, trained):
         CNNRanker().from_disk(path)
     trained[0].to_disk(path)  # back to a good directory, then spoil the config
     config.write_text(json.dumps({**json.loads(config.read_text()), "filters": 64}))
-    with pytest.raises(ConceptNormError, match=str(weights)):  # shapes no longer match the weights
+    with pytest.raises(ConceptNormError, match=rf"E722\] {re.escape(str(weights))}"):  # shapes do not match weights
         CNNRanker().from_disk(path)
     config.write_text("{not json")
     with pytest.raises(ConceptNormError, match=str(config)):
@@ -163,9 +164,9 @@ def test_factory_and_settings():
     assert isinstance(resolved, CNNRanker) and resolved.name == "cnn"
     assert (resolved.kernel_sizes, resolved.epochs, resolved.negatives, resolved.dim) == ([2, 4], 3, 5, 128)
     for bad in ({"filters": 0}, {"kernel_sizes": []}, {"negatives": 1.5}, {"epochs": True}):
-        with pytest.raises(ConceptNormError):
+        with pytest.raises(ConceptNormError, match=rf"E721\] The CNN ranker's {next(iter(bad))} must be"):
             CNNRanker(**bad)
-    with pytest.raises(ConceptNormError, match="no-such-model"):
+    with pytest.raises(ConceptNormError, match="E720.*no-such-model"):
         CNNRanker(model=str(Path(__file__).parent / "no-such-model")).score(["a"], [["b"]])
 
 

@@ -260,25 +260,6 @@ def test_recognizers_are_the_components_that_set_entities(nlp):
     assert recognizers(nlp) == ["ner", "dictionary_matcher", "link_filter"]
 
 
-def test_ner_vectors_from_text_kb_and_ctd(fixtures, tmp_path):
-    pytest.importorskip("gensim")
-    from spacy_conceptnorm.ner import ner_vector_sentences, train_ner_vectors
-
-    texts = list(
-        ner_vector_sentences(
-            [fixtures / "ncbi_train_sample.txt"], fixtures / "medic_sample.txt", fixtures / "ctd_diseases_sample.tsv"
-        )
-    )
-    assert "Breast Neoplasms" in texts  # a KB name, as written
-    assert any(t.startswith("Germline mutations in BRCA1") or "BRCA1" in t for t in texts)  # corpus sentences
-    out = tmp_path / "vectors.txt"
-    words = train_ner_vectors(texts, out, dim=8, epochs=1, min_count=1)
-    lines = out.read_text().splitlines()
-    assert lines[0] == f"{words} 8" and len(lines) == words + 1
-    vocab = {line.split(" ")[0] for line in lines[1:]}
-    assert "breast" in vocab and "Breast" not in vocab  # lowercased
-
-
 class _FakeNormalizer:
     """What `tune_link_filter` reads of the concept_normalizer: its KB (every id is its own concept)."""
 

@@ -1,7 +1,7 @@
-"""Knowledge bases of millions of names in bounded memory (issue 14, part 2): the compact KB tables, the float16
-vector store shared by the searcher and its indexes, memory-mapped loading, the index type chosen by size, the
-streamed MRCONSO loader, the lexical index switched off over its limit. Small data; the sizes themselves are
-measured by `python -m spacy_conceptnorm.benchmarks.scale`."""
+"""Knowledge bases of millions of names in bounded memory: the compact KB tables, the float16 vector store shared
+by the searcher and its indexes, memory-mapped loading, the index type chosen by size, the streamed MRCONSO
+loader, the lexical index switched off over its limit. Small data; the sizes themselves are measured by
+`python -m spacy_conceptnorm.benchmarks.scale`."""
 
 import pickle
 import tracemalloc
@@ -13,13 +13,16 @@ import pytest
 import srsly
 
 from spacy_conceptnorm import index as index_module
+from spacy_conceptnorm import vector_store as vector_store_module
 from spacy_conceptnorm.benchmarks.scale import make_queries, write_mrconso
 from spacy_conceptnorm.compact import LinkLists, StringTable
 from spacy_conceptnorm.errors import ConceptNormError
-from spacy_conceptnorm.index import VectorIndex, VectorStore, choose_index_type
-from spacy_conceptnorm.kb import DOMAIN, ONTOLOGY, SOURCE_BITS, Concept, KnowledgeBase, load_kb, read_mrconso
+from spacy_conceptnorm.index import VectorIndex, choose_index_type
+from spacy_conceptnorm.kb import DOMAIN, ONTOLOGY, SOURCE_BITS, Concept, KnowledgeBase, load_kb
+from spacy_conceptnorm.kb_formats import read_mrconso
 from spacy_conceptnorm.ranking.lexical import LexicalIndex
 from spacy_conceptnorm.search import SieveSearcher
+from spacy_conceptnorm.vector_store import VectorStore
 
 from .fake_encoder import TrigramEncoder
 
@@ -60,7 +63,8 @@ def test_link_lists_keep_order_and_reuse_dropped_links():
 
 
 def test_compact_kb_behaves_as_the_dict_kb_on_the_fixture(kb, tmp_path):
-    """The values the dict-based KB gave for the same calls on the MEDIC sample."""
+    """The values a plain dict-of-lists KB (an independent implementation) gives for the same calls on the MEDIC
+    sample."""
     assert len(kb) == 327 and len(kb.names()) == 2466
     assert kb.names()[:3] == ["lymphedema hereditary ib", "lmph1b", "fibrous dysplasia polyostotic"]
     assert kb.concepts_for("lmph1b") == ["C567452"] and kb.surface("lmph1b") == "LMPH1B"
@@ -85,25 +89,6 @@ def test_compact_kb_behaves_as_the_dict_kb_on_the_fixture(kb, tmp_path):
     assert loaded.canonical_key("C567452") == "lymphedema hereditary ib"
 
 
-def test_a_kb_saved_in_the_first_format_still_loads(tmp_path):
-    """Format 1 (Python lists), as the dict-based KB wrote it."""
-    data = {
-        "format": "spacy_conceptnorm.kb",
-        "version": 1,
-        "normalizer": KnowledgeBase().normalizer.to_dict(),
-        "concepts": [["D1", "Alpha Disease", ["OMIM:1"], ["D0"], "A disease.", []], ["D2", "Beta", [], [], "", []]],
-        "names": [["alpha disease", "Alpha Disease", [["D1", 1]]], ["ad", "AD", [["D1", 2], ["D2", 3]]]],
-        "repeats": [["ad", "D1", 2, 1]],
-    }
-    (tmp_path / "old.kb").write_bytes(srsly.msgpack_dumps(data))
-    kb = load_kb(tmp_path / "old.kb")
-    assert kb.names() == ["alpha disease", "ad"] and kb.names(DOMAIN) == ["ad"]
-    assert kb.concepts_for("ad", 1) == ["D2"] and kb.resolve("OMIM:1") == "D1"
-    assert kb.concepts["D1"] == Concept("D1", "Alpha Disease", ("OMIM:1",), ("D0",), "A disease.")
-    assert kb.canonical_key("D2") == "beta" and kb.concepts_for("beta") == []  # not a name, only the canonical key
-    assert kb._repeats == {("ad", "D1", 2): 1}
-
-
 def test_the_compact_kb_takes_tens_of_bytes_per_name(tmp_path):
     path = tmp_path / "MRCONSO.RRF"
     write_mrconso(path, 2000)
@@ -114,7 +99,7 @@ def test_the_compact_kb_takes_tens_of_bytes_per_name(tmp_path):
     names = len(kb.names())
     assert names > 1900
     assert kb.nbytes() / names < 150  # about 60 bytes of UTF-8 text and 70 of arrays and hash table per name
-    assert peak / names < 400  # the dict-based KB took about 600 bytes per name here
+    assert peak / names < 400
 
 
 # --- the MRCONSO loader streams -------------------------------------------------------------------------------------
@@ -164,7 +149,7 @@ def test_float16_rows_keep_their_cosine_and_others_stay_float32():
 
 
 def test_a_saved_store_is_memory_mapped_copy_on_write(tmp_path, monkeypatch):
-    monkeypatch.setattr(index_module, "FILE_READ_BYTES", 0)  # rows are read from the file, not the map
+    monkeypatch.setattr(vector_store_module, "FILE_READ_BYTES", 0)  # rows are read from the file, not the map
     store = VectorStore(16)
     store.append(unit(100))
     crc = store.save(tmp_path / "v.npy")
@@ -244,10 +229,12 @@ def test_approximate_indexes_on_a_store_give_exact_scores_and_save_to_files(inde
 
 
 def test_the_index_type_follows_the_number_of_names(monkeypatch):
+    """Documented: exact search up to 250,000 names, HNSW up to 1,000,000, IVF-PQ beyond."""
     assert choose_index_type(73_000) == "exact"  # MEDIC
-    assert choose_index_type(index_module.EXACT_MAX_ROWS) == "exact"
-    assert choose_index_type(index_module.EXACT_MAX_ROWS + 1) == "hnsw"
-    assert choose_index_type(index_module.HNSW_MAX_ROWS + 1) == "ivfpq"
+    assert choose_index_type(250_000) == "exact"
+    assert choose_index_type(250_001) == "hnsw"
+    assert choose_index_type(1_000_000) == "hnsw"
+    assert choose_index_type(1_000_001) == "ivfpq"
     monkeypatch.setattr(index_module, "EXACT_MAX_ROWS", 100)
     monkeypatch.setattr(index_module, "HNSW_MAX_ROWS", 200)
     store = VectorStore(16)
@@ -278,25 +265,6 @@ def test_a_searcher_keeps_the_index_type_it_chose(monkeypatch, tmp_path):
     queries = ["disease number 7", "syndrome 12", "dn 3"]
     assert [m.candidates for m in loaded.search(queries)] == [m.candidates for m in searcher.search(queries)]
     assert loaded.search(["syndrome 12"])[0].candidates[0] == ("D12", pytest.approx(1.0, abs=1e-9))
-
-
-def test_a_searcher_saved_in_the_first_format_still_loads(tmp_path):
-    """Format 1: float32 vectors, the names of the rows as strings, indexes inside the msgpack."""
-    kb = KnowledgeBase()
-    kb.add_concept(Concept("D1", "Alpha disease"), ["alpha syndrome"])
-    kb.add_concept(Concept("D2", "Beta disease"))
-    vectors = TrigramEncoder().encode(["alpha disease", "alpha syndrome", "beta disease"])
-    (tmp_path / "s").mkdir()
-    np.save(tmp_path / "s" / "vectors.npy", vectors)
-    import zlib
-
-    data = {"format": "spacy_conceptnorm.searcher", "version": 1, "row_names": kb.names(),
-            "vectors_shape": [3, 64], "vectors_crc32": zlib.crc32(vectors.tobytes()), "index_config": {},
-            "indexes": {"ontology": {"data": b"", "removed": [], "rows": [0, 1, 2]}}}  # fmt: skip
-    (tmp_path / "s" / "searcher.msgpack").write_bytes(srsly.msgpack_dumps(data))
-    searcher = SieveSearcher(kb, TrigramEncoder(), strategy="O-T").from_disk(tmp_path / "s")
-    assert searcher.vectors.dtype == np.float16  # kept as float16 from now on
-    assert searcher.search(["beta disease"])[0].candidates[0][0] == "D2"
 
 
 def test_benchmark_queries_are_near_their_rows():

@@ -178,9 +178,9 @@ def child_kb_load(kb_path: str) -> dict:
 
 
 def child_index(kb_path: str, vectors: str, spec: str, queries: int, truth: str) -> dict:
-    from spacy_conceptnorm.index import VectorStore
     from spacy_conceptnorm.kb import KnowledgeBase
     from spacy_conceptnorm.search import SieveSearcher
+    from spacy_conceptnorm.vector_store import VectorStore
 
     watch = MemoryWatch()
     kb = KnowledgeBase.from_disk(kb_path)

@@ -18,10 +18,8 @@ from ..search import Match, SieveSearcher
 from .lexical import LexicalIndex, row_top, row_values
 
 DOMAIN_BIT, ONTOLOGY_BIT = SOURCE_BITS[DOMAIN], SOURCE_BITS[ONTOLOGY]
-# The ranker's candidate settings, chosen on dev with the speed target in view (`train-ranker` on the `run all`
-# pipeline, dev ranking queries, ranker Acc@1 / candidate recall / test gold mentions per second): dense_k 20 with
-# (2, 3)-grams 83.82 / 94.98 / 992, 10 with (2, 3) 83.82 / 94.87 / 1,251, 20 with (3, 3) 83.82 / 94.98 / 1,193, 10
-# with (3, 3) 83.93 / 94.75 / 1,448 (the sieve alone 83.26)
+# The ranker's candidate settings: on NCBI-disease dev, more dense candidates or (2, 3)-grams found no better
+# answers and cost speed (docs/benchmarks.md)
 DENSE_K, NGRAM_RANGE = 10, (3, 3)
 
 FEATURES = (
@@ -99,7 +97,7 @@ class CandidateGenerator:
     def sync(self) -> None:
         """Follow the searcher's rows since the lexical index was built or synced (`add_synonyms` and
         `remove_synonyms`): new rows are added, rows that changed name (freed, or taken by a new name) replaced."""
-        # Rows compared by name id, not name: listing MEDIC's 74k row names twice took 0.64 s of every load.
+        # Rows compared by name id, not name: listing every row's name twice would add over half a second to a load.
         names, ids = self.searcher.row_names, self.searcher.row_name_ids
         if self.indexed is None:  # loaded: the saved lexical index was in step with the saved rows
             self.indexed = ids[: len(self.lexical)].copy()
@@ -117,7 +115,7 @@ class CandidateGenerator:
     def _rows_by_concept(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Every concept's name rows: (rows, their link's source bits, starts), concept index i owning
         rows[starts[i]:starts[i + 1]], in row order. Built from the KB's link arrays at once: a dict of concept ->
-        rows filled name by name took 0.78 s of the first batch after a load (MEDIC, 73k names)."""
+        rows filled name by name would add most of a second to the first batch after a load."""
         if self._concept_rows is None:
             kb, name_row = self.searcher.kb, self.searcher.name_rows
             owner, target, bits = kb.links()

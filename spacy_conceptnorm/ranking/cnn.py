@@ -11,17 +11,13 @@ anchor, a right name p as the positive and a wrong candidate name n of the same 
 candidates come from first-stage candidate generation, so the negatives are hard ones (the paper forms one
 triplet per wrong candidate; here `negatives` wrong candidates per group and step: with `mine`, half of them the
 wrong names closest to the mention under the current weights, the rest random). Adam, learning rate 1e-3, and
-the epoch with the best dev rerank accuracy is kept (the paper's early stopping). Mining measured on the dev
-groups below (normalized vectors, margin 1, 8 epochs): 0.856 best dev rerank accuracy (epoch 4; 0.854 at epoch
-6) against 0.848 with random negatives, 1.3x the time per epoch; hence `mine=True` and 6 epochs by default.
+the epoch with the best dev rerank accuracy is kept (the paper's early stopping). The defaults (mining on, 6
+epochs, frozen embeddings, normalized vectors) were chosen on NCBI-disease dev (docs/benchmarks.md).
 
 The paper's fastText PubMed sub-word vectors are not available offline. The tokenizer and the input (word-piece)
 embedding matrix of a transformers model stand in: the packaged all-MiniLM-L6-v2 by default (uncased, 30,522 x
-384). Embeddings frozen or fine-tuned: on the NCBI-disease ranking groups (6,181 train, 847 dev groups with a
-right name; 25 names per group on average) the frozen embeddings win, 0.885 dev rerank accuracy against 0.871
-fine-tuned (8 epochs each; taking the first-stage's first candidate: 0.825), and fine-tuning makes an epoch 1.6x
-slower. Frozen is the default, and a saved scorer then holds only the convolution and projection weights (1.6 MB)
-with a reference to the embedding model. Fine-tuned embeddings are saved as the rows that changed.
+384), frozen by default, so that a saved scorer holds only the convolution and projection weights with a reference
+to the embedding model. Fine-tuned embeddings (`fine_tune`) are saved as the rows that changed.
 
 Scoring is exact and independent of how texts are batched: the convolutions run as a matrix product over the
 zero-padded windows of each text (`nn.Conv1d` itself picks algorithms by input shape, so padding a batch would
@@ -55,13 +51,6 @@ WEIGHTS_FILE = "weights.safetensors"
 FORMAT = "spacy_conceptnorm.cnn_ranker"
 VERSION = 1
 BLOCK = 128  # rows per matrix product, see `_linear`
-
-# Messages of this module; proposed for errors.py as E720-E722.
-MESSAGES = {
-    "E720": "Cannot load the embedding model {model!r} of the CNN ranker: {detail}",
-    "E721": "The CNN ranker's {key} must be {expected}, got {value!r}.",
-    "E722": "{path} does not match the CNN ranker's config in {config}: {detail}.",
-}
 
 
 class TripletCNN(nn.Module):
@@ -141,13 +130,13 @@ def load_embeddings(model: str | None) -> tuple[object, torch.Tensor]:
         tokenizer = AutoTokenizer.from_pretrained(path)
         weight = AutoModel.from_pretrained(path).get_input_embeddings().weight.detach()
     except (OSError, ValueError) as e:
-        raise ConceptNormError(MESSAGES["E720"].format(model=model or PACKAGED_MODEL, detail=e)) from None
+        raise ConceptNormError(Errors.E720.format(model=model or PACKAGED_MODEL, detail=e)) from None
     return tokenizer, weight
 
 
 def _check_positive(key: str, value: object) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ConceptNormError(MESSAGES["E721"].format(key=key, expected="a positive integer", value=value))
+        raise ConceptNormError(Errors.E721.format(key=key, expected="a positive integer", value=value))
 
 
 class CNNRanker(PairScorer):
@@ -165,9 +154,8 @@ class CNNRanker(PairScorer):
     negatives (int): Wrong names drawn per group and epoch (each makes one triplet).
     mine (bool): Half of those wrong names are the ones closest to the mention under the current weights (hard
         negative mining), the other half random; else all random.
-    fine_tune (bool): Train the embedding matrix too (slower, and no better: see the module docstring).
-    normalize (bool): Scale text vectors to unit length (distances in [0, 2]; measured better, see the module
-        docstring).
+    fine_tune (bool): Train the embedding matrix too (slower, and no better on dev).
+    normalize (bool): Scale text vectors to unit length (distances in [0, 2]).
     max_length (int): Sub-word tokens per text; longer texts are truncated.
     cache_size (int): Text vectors kept between `score` calls.
 
@@ -199,7 +187,7 @@ class CNNRanker(PairScorer):
             _check_positive(key, value)
         if not kernel_sizes or any(not isinstance(k, int) or isinstance(k, bool) or k < 1 for k in kernel_sizes):
             expected = "a non-empty list of positive integers"
-            raise ConceptNormError(MESSAGES["E721"].format(key="kernel_sizes", expected=expected, value=kernel_sizes))
+            raise ConceptNormError(Errors.E721.format(key="kernel_sizes", expected=expected, value=kernel_sizes))
         self.model = model or PACKAGED_MODEL
         self.filters = filters
         self.kernel_sizes = list(kernel_sizes)
@@ -432,7 +420,7 @@ class CNNRanker(PairScorer):
             network.load_state_dict({**state, "embeddings.weight": embeddings})
         except (RuntimeError, IndexError, TypeError) as e:
             detail = str(e).splitlines()[0]
-            message = MESSAGES["E722"].format(path=weights_path, config=path / CONFIG_FILE, detail=detail)
+            message = Errors.E722.format(path=weights_path, config=path / CONFIG_FILE, detail=detail)
             raise ConceptNormError(message) from None
         self._cache.clear()
         return self

@@ -7,25 +7,18 @@ overlap: `word_overlap`, and the answering concept's prior: how often annotators
 many names the KB gives it), fitted on dev links labelled right or wrong. Before it is fitted the confidence is the
 top score itself. `NIL` is decided on this probability (`calibrate`).
 
-The word overlap is what tells an out-of-KB mention from a right link that the cosine alone cannot: a mention
-whose concept is missing is answered by a sibling or a parent ("hereditary ovarian cancer" by "Ovarian
-Neoplasms"), with words left over on one side. On NCBI-disease dev (held-out concepts, 2-fold split by mention
-text), the share of out-of-KB mentions a probability can turn into NIL for one point of in-KB accuracy went
-from 20% to 51% with it and the out-of-KB examples `calibrate` adds (`fit(..., weight=)`).
+The word overlap tells an out-of-KB mention from a right link where the cosine alone cannot: a mention whose
+concept is missing is answered by a sibling or a parent ("hereditary ovarian cancer" by "Ovarian Neoplasms"), with
+words left over on one side. `calibrate` adds simulated out-of-KB links with a small weight (`fit(..., weight=)`).
 
-The prior tells a frequent, well-named concept from the rare neighbour that answers for a missing one; it is 0 for
-a mention that is a known name (86% of the right dev links), which needs none. On NCBI-disease dev (the same 2-fold
-split, 4 hold-outs to fit and 8 others to score, pooled over the folds), the share of out-of-KB mentions turned NIL
-for half a point of in-KB accuracy went from 32.5% to 47.0% with the two prior columns (34.4% to 43.8% with the
-fitting and scoring hold-outs swapped), the AUC of right in-KB links against out-of-KB ones from 0.951 to 0.958
-(0.952 to 0.960), the in-KB ECE from 3.4% to 2.7% (3.8% to 2.4%). Given to known names too, the prior did as well
-for NIL but chose a frequent concept's long form over a known abbreviation's own answer ("AAPC": attenuated
-adenomatous polyposis coli, not its long form's "adenomatous polyposis coli"), costing dev Acc@1.
+The prior tells a frequent, well-named concept from the rare neighbour that answers for a missing one. It is 0 for
+a mention that is a known name, which needs none: given to known names too, it would choose a frequent concept's
+long form over a known abbreviation's own answer ("AAPC": attenuated adenomatous polyposis coli, not "adenomatous
+polyposis coli").
 
 With a `confidence_scorer` in the ranker (an option), `pair_score` is its score of the mention and the answering
 name, 0 for a known name; a model fitted without one has no such column (`fit` takes the columns the evidence
-has). Mondal et al.'s CNN there: on NCBI-disease dev, 8 hold-outs, out-of-KB turned NIL for half a point of in-KB
-accuracy 45.7% -> 47.5% (54.5% -> 63.6% for one point), on test 45.4% -> 41.3%: off (README, "Confidence scorer").
+has). docs/second-stage.md says how each input was chosen; docs/benchmarks.md has the figures.
 
 Expected calibration error and reliability bins follow Guo et al. (2017): equal-width bins of confidence, the
 ECE the share-weighted mean |accuracy - confidence| over bins.
@@ -54,7 +47,6 @@ EVIDENCE = (
     "names",  # log(1 + the answering concept's names in the KB); 0 for a known name
     "pair_score",  # the ranker's confidence_scorer on (mention, answering name); 0 for a known name; see above
 )
-FIRST_EVIDENCE = EVIDENCE[:5]  # what models saved before the word overlap read
 WORD = re.compile(r"[^\W\d_]+|\d+")  # letters or digits: "MEN2" and "MEN 2" have the same words
 
 
@@ -125,11 +117,12 @@ class Confidence:
     def from_dict(self, data: dict, path: str | Path = "confidence") -> Confidence:
         """Read `to_dict`'s output; a model that does not fit its columns raises ConceptNormError naming `path`."""
         try:
-            coef = None if data.get("coef") is None else np.asarray(data["coef"], dtype=np.float64).reshape(-1)
-            columns = tuple(data.get("columns", FIRST_EVIDENCE))  # saved before the columns were: the first five
-            intercept = float(data.get("intercept", 0.0))
+            coef = None if data["coef"] is None else np.asarray(data["coef"], dtype=np.float64).reshape(-1)
+            columns, intercept = tuple(data["columns"]), float(data["intercept"])
             known = set(columns) <= set(EVIDENCE)
-        except (AttributeError, TypeError, ValueError) as e:
+        except KeyError as e:
+            raise ConceptNormError(Errors.E004.format(path=path, detail=f"confidence model without {e}")) from None
+        except (TypeError, ValueError) as e:
             raise ConceptNormError(Errors.E004.format(path=path, detail=f"confidence model: {e}")) from None
         if not known or (coef is not None and len(coef) != len(columns)):
             detail = f"confidence model: {len(coef) if coef is not None else 0} weights for columns {list(columns)}"

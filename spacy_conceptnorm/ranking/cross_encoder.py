@@ -22,8 +22,8 @@ first pair to at least `MIN_ROWS` rows (BLAS computes products of a few rows wit
 rounding). Scores are cached per (first segment, name).
 
 Precision: "auto" uses bf16 autocast where the hardware has native bf16 (CUDA, or CPUs with AVX512-BF16 or AMX) as
-the name encoder does, else fp32. On a CPU without them (AVX2 only) bf16 autocast is emulated and measured 5-10x
-slower than fp32, not faster.
+the name encoder does, else fp32: on a CPU without them (AVX2 only) bf16 autocast is emulated, 5-10x slower than
+fp32.
 """
 
 from __future__ import annotations
@@ -56,13 +56,6 @@ LOSSES = ("listwise", "binary")
 PRECISIONS = ("auto", "fp32", "bf16")
 MIN_ROWS = 8  # rows per forward pass in `score`, at least (see the module docstring)
 JSON_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
-
-# Messages of this module; proposed for errors.py as E730-E732.
-MESSAGES = {
-    "E730": "Cannot load the cross-encoder model {model!r}: {detail}",
-    "E731": "The cross-encoder ranker's {key} must be {expected}, got {value!r}.",
-    "E732": "Cannot load the cross-encoder saved in {path}: {file} is unreadable ({detail}).",
-}
 
 
 def model_path(model: str | None) -> str:
@@ -125,7 +118,7 @@ def _check(key: str, value: object, positive: bool = True) -> None:
     low = 1 if positive else 0
     if not isinstance(value, int) or isinstance(value, bool) or value < low:
         expected = "a positive integer" if positive else "a non-negative integer"
-        raise ConceptNormError(MESSAGES["E731"].format(key=key, expected=expected, value=value))
+        raise ConceptNormError(Errors.E731.format(key=key, expected=expected, value=value))
 
 
 class CrossEncoderRanker(PairScorer):
@@ -182,9 +175,9 @@ class CrossEncoderRanker(PairScorer):
         _check("cache_size", cache_size, positive=False)
         _check("top_negatives", top_negatives, positive=False)
         if precision not in PRECISIONS:
-            raise ConceptNormError(MESSAGES["E731"].format(key="precision", expected=PRECISIONS, value=precision))
+            raise ConceptNormError(Errors.E731.format(key="precision", expected=PRECISIONS, value=precision))
         if loss not in LOSSES:
-            raise ConceptNormError(MESSAGES["E731"].format(key="loss", expected=LOSSES, value=loss))
+            raise ConceptNormError(Errors.E731.format(key="loss", expected=LOSSES, value=loss))
         self.model = model or PACKAGED_MODEL
         self.context_chars = context_chars
         self.max_length = max_length
@@ -236,7 +229,7 @@ class CrossEncoderRanker(PairScorer):
                 torch.manual_seed(seed)
                 network = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1)
         except Exception as e:  # OSError, ValueError, or the tokenizers' and safetensors' own error types
-            raise ConceptNormError(MESSAGES["E730"].format(model=self.model, detail=e)) from None
+            raise ConceptNormError(Errors.E730.format(model=self.model, detail=e)) from None
         self._set(network, tokenizer)
 
     def _set(self, network: torch.nn.Module, tokenizer) -> None:
@@ -449,16 +442,16 @@ class CrossEncoderRanker(PairScorer):
         try:
             tokenizer = AutoTokenizer.from_pretrained(path)
         except Exception as e:
-            raise ConceptNormError(MESSAGES["E732"].format(path=path, file=tokenizer_file, detail=e)) from None
+            raise ConceptNormError(Errors.E732.format(path=path, file=tokenizer_file, detail=e)) from None
         try:
             network, info = AutoModelForSequenceClassification.from_pretrained(
                 path, use_safetensors=True, output_loading_info=True
             )
         except Exception as e:  # safetensors raises its own error types on a truncated or garbled file
-            raise ConceptNormError(MESSAGES["E732"].format(path=path, file=WEIGHTS_FILE, detail=e)) from None
+            raise ConceptNormError(Errors.E732.format(path=path, file=WEIGHTS_FILE, detail=e)) from None
         if info["missing_keys"] or info["mismatched_keys"]:
             detail = f"missing or mismatched weights {info['missing_keys'] or info['mismatched_keys']}"
-            raise ConceptNormError(MESSAGES["E732"].format(path=path, file=WEIGHTS_FILE, detail=detail))
+            raise ConceptNormError(Errors.E732.format(path=path, file=WEIGHTS_FILE, detail=detail))
         for key, value in settings.items():
             setattr(self, key, value)
         self._set(network, tokenizer)

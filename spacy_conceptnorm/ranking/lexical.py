@@ -133,8 +133,8 @@ class LexicalIndex:
         """(len(queries) x len(self)) matrices against every name: "tfidf" (cosine; dense, since character
         n-grams touch most names), and, sparse since they are zero wherever no token is shared, "jaccard" and the
         token overlap's share of the name's tokens ("name_coverage") and of the query's ("mention_coverage").
-        Sparse token scores measured 1.3x faster candidate generation than dense ones (test gold mentions). An
-        index that is off gives empty sparse matrices."""
+        Sparse token scores make candidate generation 1.3x faster than dense ones. An index that is off gives empty
+        sparse matrices."""
         if self.off_rows is not None:
             return {name: sparse.csr_matrix((len(queries), self.off_rows), dtype=np.float32) for name in SCORES}
         tfidf = (self.tfidf.transform(queries) @ self._tfidf_t).toarray()
@@ -202,7 +202,7 @@ def row_values(matrix: np.ndarray | sparse.csr_matrix, q: int, columns: np.ndarr
 
 def row_top(matrix: np.ndarray | sparse.csr_matrix, q: int, k: int) -> np.ndarray:
     """The columns of row `q`'s k highest positive scores, best first (ties: the lower column). On a dense row of
-    every name, finding the k-th score first took a third of the time of filtering the positive scores first."""
+    every name, finding the k-th score first takes a third of the time of filtering the positive scores first."""
     if sparse.issparse(matrix):  # indices sorted: a position order is the column order
         start, end = matrix.indptr[q], matrix.indptr[q + 1]
         columns, values = matrix.indices[start:end], matrix.data[start:end]

@@ -10,8 +10,8 @@ path) unless `fast_path` is off.
 A `confidence_scorer` is a pair scorer trained with the ranker whose score is no ranking column: it scores the
 answer (the mention and the answering name) as evidence for the confidence model (`Linker`, `pair_score`).
 
-The model is a few arrays (feature means, scales, weights), saved as plain numbers: predicting is one matrix
-product, and loading a pipeline unpickles nothing.
+The model is three arrays (`WEIGHTS`), saved as plain numbers: predicting is one matrix product, and loading a
+pipeline unpickles nothing.
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ from .confidence import word_overlap
 from .pair_scorer import PairScorer
 
 # column sets: "hybrid" is BioSyn's dense + weighted sparse score; "hybrid_prior" adds how often annotators chose
-# the concept (best on NCBI-disease dev: 65.9% Acc@1 on mentions that are no known name, sieve 63.6, hybrid
-# 59.9, every feature 65.2); "full" takes every feature
+# the concept (the default: best of the three on NCBI-disease dev, docs/benchmarks.md); "full" takes every feature
 MODELS = {"hybrid": ("dense", "tfidf"), "hybrid_prior": ("dense", "tfidf", "count_prior"), "full": FEATURES}
+WEIGHTS = ("mean", "scale", "coef")  # the saved model: per column, its mean and scale in training and its weight
 
 
 class Ranker:
@@ -81,7 +81,7 @@ class Ranker:
         self.lexical_k = lexical_k
         self.regularization = regularization
         self.ngram_range = tuple(ngram_range)
-        self.weights: dict[str, np.ndarray] | None = None  # "mean", "scale", "coef" (per column), "intercept"
+        self.weights: dict[str, np.ndarray] | None = None  # "mean", "scale", "coef": one value per column
         # Learned with the weights: False when the fitted model ranked dev mentions worse than the sieve
         # (`train-ranker` decides), and the sieve's order and evidence are kept for every mention.
         self.reorder = True
@@ -137,7 +137,8 @@ class Ranker:
         mean, scale = x.mean(0), x.std(0)
         scale[scale == 0] = 1.0
         coef = fit_conditional_logit([(m - mean) / scale for m in mats], right, self.regularization)
-        self.weights = {"mean": mean, "scale": scale, "coef": coef, "intercept": np.zeros(1)}
+        # no intercept: a constant added to every candidate's score leaves the softmax unchanged
+        self.weights = {"mean": mean, "scale": scale, "coef": coef}
         return {"sets": len(keep), "pairs": len(x), "coef": dict(zip(self.columns, map(float, coef)))}
 
     # --- ranking --------------------------------------------------------------------------------------------------
@@ -182,12 +183,14 @@ class Ranker:
             self.reorder = True
             return
         try:
-            weights = {k: np.asarray(data[k], dtype=np.float64) for k in ("mean", "scale", "coef", "intercept")}
-        except (KeyError, TypeError, ValueError) as e:
+            weights = {k: np.asarray(data[k], dtype=np.float64).reshape(-1) for k in WEIGHTS}
+            reorder = data["reorder"]
+        except KeyError as e:
+            raise ConceptNormError(Errors.E004.format(path=path, detail=f"ranker weights without {e}")) from None
+        except (TypeError, ValueError) as e:
             raise ConceptNormError(Errors.E004.format(path=path, detail=f"ranker weights: {e}")) from None
-        if any(len(weights[k]) != len(self.columns) for k in ("mean", "scale", "coef")):
+        if any(len(w) != len(self.columns) for w in weights.values()):
             raise ConceptNormError(Errors.E302.format(path=path, detail="the ranker's weights do not fit its columns"))
-        reorder = data.get("reorder", True)  # saved before it existed: on
         if not isinstance(reorder, bool):
             raise ConceptNormError(Errors.E004.format(path=path, detail=f"ranker reorder: {reorder!r}"))
         self.weights, self.reorder = weights, reorder  # both or neither: a refused file changes nothing

@@ -19,7 +19,8 @@ from pathlib import Path
 
 from ..corpus import mention_spans, read_docs
 from ..errors import ConceptNormError, Errors
-from ..kb import SOURCE_BITS, KnowledgeBase, read_ctd_tsv
+from ..kb import SOURCE_BITS, KnowledgeBase
+from ..kb_formats import read_ctd_tsv
 from ..scoring import NIL, concept_pairs
 
 ONTOLOGY_BIT = SOURCE_BITS["ontology"]
