@@ -234,9 +234,7 @@ def hand_ranked(train_docs, kb, coef, **ranker):
     normalizer = nlp.add_pipe("concept_normalizer", config=config)
     normalizer.encoder = TrigramEncoder()
     normalizer.initialize(lambda: [Example(d, d) for d in train_docs], nlp=nlp, kb=kb)
-    normalizer.ranker.weights = {
-        "mean": np.zeros(3), "scale": np.ones(3), "coef": np.array(coef, dtype=float), "intercept": np.zeros(1)
-    }  # fmt: skip
+    normalizer.ranker.weights = {"mean": np.zeros(3), "scale": np.ones(3), "coef": np.array(coef, dtype=float)}
     return nlp, normalizer
 
 

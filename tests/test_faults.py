@@ -41,7 +41,7 @@ def saved(tmp_path_factory, tiny_bert) -> Path:
     kb_file.write_text("\n".join(line for i, line in enumerate(lines) if i % 10 == 0) + "\n")
     normalizer.initialize(nlp=nlp, kb=load_kb(kb_file))
     # hand-set weights of a ranker that reorders: its lexical index is saved and read too
-    normalizer.ranker.weights = {"mean": np.zeros(3), "scale": np.ones(3), "coef": np.ones(3), "intercept": np.zeros(1)}
+    normalizer.ranker.weights = {"mean": np.zeros(3), "scale": np.ones(3), "coef": np.ones(3)}
     nlp.get_pipe("composite_splitter").set_known_names(["breast cancer"])
     nlp.to_disk(path)
     return path
