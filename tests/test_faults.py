@@ -127,6 +127,17 @@ def test_without_checksums_truncated_files_are_still_named(saved, tmp_path, monk
         file.write_bytes(original)
 
 
+def test_without_checksums_a_missing_lexical_index_of_a_reordering_ranker_is_named(saved, tmp_path, monkeypatch):
+    monkeypatch.setenv(SKIP_CHECKSUMS, "1")
+    copy = tmp_path / "pipeline"
+    shutil.copytree(saved, copy)
+    lexical = copy / "concept_normalizer" / "linker" / "lexical.msgpack"
+    lexical.unlink()
+    with pytest.raises(ConceptNormError, match="E302") as e:
+        spacy.load(copy)
+    assert str(lexical) in str(e.value)
+
+
 def test_a_flipped_bit_in_a_concept_id_no_longer_loads_another_kb(saved, tmp_path, monkeypatch):
     copy = tmp_path / "pipeline"
     shutil.copytree(saved, copy)
