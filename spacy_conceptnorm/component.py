@@ -1,14 +1,14 @@
 """The `concept_normalizer` pipeline component: links `doc.ents` to knowledge-base concepts.
 
 For each entity it sets
-- `ent.kb_id_`: the best concept id; parts of a composite joined by "|" in text order; "NIL" when the best score
-  confidence is under `nil_threshold` (or the mention is empty);
+- `ent.kb_id_`: the best concept id; parts of a composite joined by "|" in text order; "NIL" when its confidence
+  is under `nil_threshold` (or the mention is empty);
 - `ent._.kb_ents`: [(concept_id, score), ...] best first, scispacy's shape (ranker probabilities when the ranker
   answered, else cosines); for a composite, the parts' candidates merged (per part in `kb_parts`);
 - `ent._.kb_confidence`: the probability that `kb_id_` is right (calibrated on dev by `calibrate`; the lowest
   part's for a composite); `kb_id_` is "NIL" when it is under `nil_threshold`;
 - `ent._.kb_name`, `ent._.kb_stage`: the name that matched and the sieve stage that answered ("|"-joined parts);
-- `ent._.kb_parts`: per part, {"text", "kb_id", "candidates", "name", "stage"}.
+- `ent._.kb_parts`: per part, {"text", "kb_id", "candidates", "name", "stage", "confidence"}.
 Values live in `doc.user_data`, so they survive DocBin (store_user_data=True) and `nlp.pipe(n_process=...)`.
 """
 
@@ -34,14 +34,12 @@ from .encoder import PACKAGED_MODEL, NameEncoder
 from .errors import ConceptNormError, Errors, Warnings
 from .index import INDEX_TYPES, VectorIndex
 from .kb import DOMAIN, SOURCE_BITS, KnowledgeBase, checked_pairs
-from .ranking.lexical import LexicalIndex
 from .ranking.linker import Linker
 from .ranking.ranker import Ranker
 from .scoring import NIL, gold_ids, score_linking
 from .search import Match, SieveSearcher
 from .util import (
     CHECKSUMS,
-    atomic_open,
     checksums_skipped,
     read_json,
     verify_checksums,
@@ -144,7 +142,8 @@ class ConceptNormalizer(Pipe):
         the long form only, "mention" ignores long forms.
     split_composites (bool): With `composite_splitter` before it, link each part of a composite mention.
     ranker (Optional[Ranker]): The second stage over the sieve's and lexical candidates (trained by
-        `spacy_conceptnorm train-ranker`; until then the sieve's answer stands). None: the sieve alone.
+        `spacy_conceptnorm train-ranker`; until then, and when it keeps the sieve's order, the sieve's answer
+        stands and no lexical index is built). None: the sieve alone.
     consistency (bool): One normalized mention text gets one concept within a document unless the linker is
         confident otherwise, and an undefined abbreviation takes the concept of the entity it abbreviates.
     cache_size (int): Normalized mention texts whose answers are remembered across batches (least recently
@@ -215,24 +214,18 @@ class ConceptNormalizer(Pipe):
         _check(_int_from(value, 0), "cache_size", "an integer >= 0", value)
         self._cache_size = value
         if self.linker is not None:
-            self.linker.cache_size = value
-            while len(self.linker._cache) > value:
-                self.linker._cache.popitem(last=False)
+            self.linker.resize(value)
 
     def _new_linker(self) -> Linker:
-        linker = Linker(self.searcher, self.ranker)
-        linker.cache_size = self.cache_size
-        return linker
+        return Linker(self.searcher, self.ranker, cache_size=self.cache_size)
 
     def cache_info(self) -> dict[str, int]:
-        """The cache of linked mention texts: {"hits", "lookups" (distinct texts per batch looked up), "size",
-        "max_size"}, counted since the pipeline was loaded or initialized (zeros while the cache is off because
-        the ranker reads contexts)."""
-        linker = self.linker
-        if linker is None:
+        """The cache of linked mention texts (`Linker.cache_info`): {"hits", "lookups" (distinct texts per batch
+        looked up), "size", "max_size"}, counted since the pipeline was loaded or initialized (zeros while the
+        cache is off because the ranker reads contexts)."""
+        if self.linker is None:
             return {"hits": 0, "lookups": 0, "size": 0, "max_size": self.cache_size}
-        return {"hits": linker.cache_hits, "lookups": linker.cache_lookups, "size": len(linker._cache),
-                "max_size": linker.cache_size}  # fmt: skip
+        return self.linker.cache_info()
 
     # --- set-up -------------------------------------------------------------------------------------------------
     @property
@@ -371,9 +364,8 @@ class ConceptNormalizer(Pipe):
         return [ent for ent in doc.ents if not labels or ent.label_ in labels]
 
     def _queries(self, ent: Span) -> list[list[str]]:
-        """Per part of the entity, the texts to search (the mention and/or its long form). (Searching a composite
-        whole when its text is a known name was measured on dev: 7 errors fewer, 8 more, as annotators link the
-        same text both ways.)"""
+        """Per part of the entity, the texts to search (the mention and/or its long form). A composite is searched
+        by its parts even when its whole text is a known name: annotators link such texts both ways."""
         parts = ent._.composite_parts if self.cfg["split_composites"] and ent.has_extension("composite_parts") else None
         if parts:
             return [[p[:MAX_MENTION_CHARS]] for p in parts]
@@ -394,7 +386,7 @@ class ConceptNormalizer(Pipe):
         docs = list(docs)
         layout = [[(ent, self._queries(ent)) for ent in self._entities(doc)] for doc in docs]
         texts, contexts = [], []
-        with_context = self.linker.needs_context  # Doc.text joins every token: 43% of linking time otherwise
+        with_context = self.linker.needs_context  # Doc.text joins every token: built only when a scorer reads it
         for doc, doc_q in zip(docs, layout):
             doc_text = doc.text if with_context and doc_q else ""
             for ent, ent_q in doc_q:
@@ -404,10 +396,7 @@ class ConceptNormalizer(Pipe):
                     contexts.extend(context for _ in part_q)
         found = iter(zip(texts, self.linker.link(texts, contexts)))
         return [
-            [
-                [max((next(found) for _ in part_q), key=_preference) for part_q in ent_q]
-                for _, ent_q in doc_q
-            ]
+            [[max((next(found) for _ in part_q), key=_preference) for part_q in ent_q] for _, ent_q in doc_q]
             for doc_q in layout
         ]
 
@@ -466,13 +455,13 @@ class ConceptNormalizer(Pipe):
 
     def _writers(self) -> dict[str, Callable[[Path], None]]:
         """The saved parts: cfg (with the encoder's reference), the knowledge base, the name vectors and indexes
-        (with their checksum), and the second stage (ranker weights, confidence model, lexical index, scorers)."""
+        (with their checksum), and the second stage (`Linker.to_disk`)."""
         self._require_searcher()
         return {
             "cfg": lambda p: write_json(p, {**self.cfg, "encoder": self.encoder.config(), "checksums": True}),
             "kb": lambda p: self.kb.to_disk(p),
             "searcher": lambda p: self.searcher.to_disk(p),
-            "linker": lambda p: write_dir_atomically(p, self._write_linker),
+            "linker": lambda p: self.linker.to_disk(p),
         }
 
     def to_disk(self, path: str | Path, *, exclude: Iterable[str] = SimpleFrozenList()) -> None:
@@ -503,47 +492,6 @@ class ConceptNormalizer(Pipe):
             files = sorted(p for p in root.rglob("*") if p.is_file())
             return srsly.msgpack_dumps({p.relative_to(root).as_posix(): p.read_bytes() for p in files})
 
-    def _write_linker(self, path: Path) -> None:
-        """The second stage: ranker weights, confidence model, lexical index and trained pair scorers (the ranker's
-        and the confidence scorer)."""
-        linker = self.linker
-        write_json(path / "models.json", {
-            "ranker": linker.ranker.weights_to_dict() if linker.ranker else None,
-            "counts": linker.ranker.counts if linker.ranker else {},
-            "confidence": linker.confidence.to_dict(),
-        })  # fmt: skip
-        if linker.generator is not None:
-            with atomic_open(path / "lexical.msgpack") as f:
-                f.write(linker.generator.lexical.to_bytes())
-        for where, scorer in _scorer_paths(linker.ranker).items():
-            scorer.to_disk(path / where)
-
-    def _read_linker(self, path: Path) -> Linker:
-        linker = self._new_linker()
-        if not (path / "models.json").exists():  # saved before the ranker existed: nothing trained yet
-            linker.build()
-            return linker
-        models = read_json(path / "models.json")
-        linker.confidence.from_dict(models.get("confidence") or {}, path / "models.json")
-        if linker.ranker is not None:
-            linker.ranker.weights_from_dict(models.get("ranker"), path / "models.json")
-            linker.ranker.counts = linker.generator.counts = {
-                str(k): int(v) for k, v in models.get("counts", {}).items()
-            }
-            if (path / "lexical.msgpack").exists():
-                try:
-                    linker.generator.lexical = LexicalIndex().from_bytes((path / "lexical.msgpack").read_bytes())
-                except Exception as e:  # msgpack, numpy and scipy raise several types on a damaged file
-                    detail = f"{type(e).__name__}: {e}"
-                    raise ConceptNormError(Errors.E004.format(path=path / "lexical.msgpack", detail=detail)) from None
-                linker.generator.sync()
-            else:
-                linker.generator.build()
-            for where, scorer in _scorer_paths(linker.ranker).items():
-                if (path / where).exists():
-                    scorer.from_disk(path / where)
-        return linker
-
     def from_disk(self, path: str | Path, *, exclude: Iterable[str] = SimpleFrozenList()) -> "ConceptNormalizer":
         """Load what `to_disk` wrote, after checking every file against `checksums.json` (ConceptNormError naming
         a file that is missing or differs; set SPACY_CONCEPTNORM_SKIP_CHECKSUMS=1 to skip the check).
@@ -563,8 +511,7 @@ class ConceptNormalizer(Pipe):
 
     def from_bytes(self, bytes_data: bytes, *, exclude: Iterable[str] = SimpleFrozenList()) -> "ConceptNormalizer":
         """Load what `to_bytes` wrote: the files are written to a temporary directory and loaded by `from_disk`,
-        with its checks; errors name the file as "<bytes>/name". Bytes of the first format (one msgpack per part,
-        no checksum list) load too.
+        with its checks; errors name the file as "<bytes>/name".
 
         bytes_data (bytes): The data.
         exclude (Iterable[str]): Parts not to read: the component keeps its own (see `_load`).
@@ -576,7 +523,6 @@ class ConceptNormalizer(Pipe):
             raise ConceptNormError(Errors.E004.format(path="concept_normalizer bytes", detail=repr(e))) from None
         if not isinstance(files, dict) or ("cfg" not in exclude and "cfg" not in files):
             raise ConceptNormError(Errors.E302.format(path="bytes", detail="no cfg (not a concept_normalizer)"))
-        files = _files_of_first_bytes(files) or files
         if not all(_is_packed_file(name, content) for name, content in files.items()):
             raise ConceptNormError(Errors.E004.format(path="concept_normalizer bytes", detail="not packed files"))
         with tempfile.TemporaryDirectory() as tmp:
@@ -607,7 +553,7 @@ class ConceptNormalizer(Pipe):
 
         def read_linker(path: Path) -> None:
             searcher()
-            self.linker = self._read_linker(path)
+            self.linker = self._new_linker().from_disk(path)
 
         read({
             "cfg": self._read_cfg,
@@ -637,17 +583,6 @@ class ConceptNormalizer(Pipe):
         """Weights saved with the pipeline (from a local directory at save time) replace the configured ones."""
         if path.is_dir():
             self.encoder = _encoder_like(self.encoder, {**self.encoder.config(), "model": str(path)})
-
-
-def _scorer_paths(ranker: Ranker | None) -> dict[str, Any]:
-    """Where each trained pair scorer of the ranker is saved in the linker's directory: the columns' under
-    "scorers/NAME", the confidence scorer under "confidence_scorer"."""
-    if ranker is None:
-        return {}
-    paths = {f"scorers/{name}": scorer for name, scorer in ranker.scorers.items()}
-    if ranker.confidence_scorer is not None:
-        paths["confidence_scorer"] = ranker.confidence_scorer
-    return paths
 
 
 def _encoder_like(encoder: Any, config: dict) -> Any:
@@ -684,22 +619,6 @@ def _check_index(index: Any) -> None:
     for key in set(index) - {"index_type"}:
         low = 0 if key == "ivf_nlist" else 1  # 0 lists: chosen from the number of names
         _check(_int_from(index[key], low), f"index.{key}", f"an integer >= {low}", index[key])
-
-
-def _files_of_first_bytes(parts: dict) -> dict[str, bytes] | None:
-    """The files of bytes in the first `to_bytes` format (747b0ee to 24a3765: {part: msgpack({path in the part, or
-    "." for a part that is one file: content})}, no checksum list) as {relative path: content}; None for bytes
-    in today's format, whose "cfg" is the JSON file itself."""
-    files: dict[str, bytes] = {}
-    for part, packed in parts.items():
-        try:
-            inner = srsly.msgpack_loads(packed) if isinstance(packed, bytes) else None
-        except Exception:  # JSON, safetensors, ...: a file of today's format
-            return None
-        if not isinstance(inner, dict) or not all(isinstance(c, bytes) for c in inner.values()):
-            return None  # e.g. the KB's own msgpack of today's format
-        files.update({part if name == "." else f"{part}/{name}": content for name, content in inner.items()})
-    return files
 
 
 def _is_packed_file(name: Any, content: Any) -> bool:

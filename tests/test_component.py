@@ -3,6 +3,7 @@
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -91,7 +92,12 @@ def test_nil_threshold_labels_and_odd_entities(linker_nlp):
         normalizer.cfg["labels"] = ["Disease"]
         ents = normalizer(doc).ents
         assert ents[0].kb_id_ == "D001943"
-        assert ents[1].kb_id_ and ents[1]._.kb_ents  # linked to something, or NIL, without crashing
+        # the 5,000 characters are searched as their first 1,000: the same answer as a mention of 1,000 x's
+        cut = linker_nlp.make_doc("x" * 1000)
+        cut.ents = [Span(cut, 0, 1, label="Disease")]
+        cut_ent = normalizer(cut).ents[0]
+        assert ents[1]._.kb_parts[0]["text"] == "x" * 1000
+        assert (ents[1].kb_id_, ents[1]._.kb_ents) == (cut_ent.kb_id_, cut_ent._.kb_ents) and cut_ent._.kb_ents
         assert ents[2].label_ == "Chemical" and ents[2].kb_id_ == "" and ents[2]._.kb_ents is None  # not linked
         assert ents[3].kb_id_ == "NIL" and ents[3]._.kb_ents == []
         normalizer.cfg["nil_threshold"] = 1.01
@@ -109,7 +115,7 @@ def test_results_survive_docbin_and_multiprocessing(linker_nlp, test_docs):
         (e.kb_id_, e._.kb_stage) for d in docs for e in d.ents
     ]
     assert [e._.kb_ents[0][0] for d in restored for e in d.ents] == [e.kb_id_ for d in docs for e in d.ents]
-    # forked workers (this used to hang in OpenMP after the parent had encoded the KB)
+    # forked workers after the parent has encoded the KB (OpenMP's thread pool must not hang them)
     forked = list(linker_nlp.pipe([blank_copy(d) for d in test_docs], n_process=2, batch_size=2))
     assert [(e.kb_id_, e._.kb_name) for d in forked for e in d.ents] == [
         (e.kb_id_, e._.kb_name) for d in docs for e in d.ents
@@ -199,25 +205,75 @@ def test_strategy_and_index_types_are_configurable(train_docs, test_docs, kb):
 
 
 @pytest.mark.slow
-def test_spacy_assemble_builds_a_pipeline_from_the_config(fixtures, tmp_path):
-    from pathlib import Path
+def test_assemble_builds_the_linker_pipeline_from_its_config(fixtures, tmp_path):
+    from typer.testing import CliRunner
 
-    from spacy.cli.assemble import assemble_cli  # noqa: F401  (the CLI is what users run; its core is below)
-    from spacy.util import load_config, load_model_from_config
+    from spacy_conceptnorm.cli import app
 
-    config = load_config(
-        Path(__file__).parent.parent / "configs" / "linker.cfg",
-        overrides={
-            "paths.kb": str(fixtures / "medic_sample.txt"),
-            "paths.synonyms": str(fixtures / "ncbi_train_sample.txt"),
-        },
-        interpolate=False,
-    )
-    nlp = load_model_from_config(config, auto_fill=True)
-    nlp.initialize()
-    normalizer = nlp.get_pipe("concept_normalizer")
+    output = tmp_path / "out" / "linker"
+    args = ["assemble", str(Path(__file__).parent.parent / "configs" / "linker.cfg"), str(output)]
+    args += ["--paths.kb", str(fixtures / "medic_sample.txt")]
+    args += ["--paths.synonyms", str(fixtures / "ncbi_train_sample.txt")]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert [p.name for p in output.parent.iterdir()] == ["linker"]  # swapped in, nothing left beside it
+    loaded = spacy.load(output)
+    normalizer = loaded.get_pipe("concept_normalizer")
     assert len(normalizer.kb.names("domain")) > 20  # train mentions became domain synonyms
-    nlp.to_disk(tmp_path / "linker")
-    loaded = spacy.load(tmp_path / "linker")
+    assert not (output / "concept_normalizer" / "linker" / "lexical.msgpack").exists()  # the ranker is untrained
     doc = doc_with_ents(loaded, "Familial breast cancer.", [("breast cancer", "Disease")])
     assert loaded(doc).ents[0].kb_id_ == "D001943"
+
+
+# --- the linker's answer cache and its lexical index ------------------------------------------------------------
+def hand_ranked(train_docs, kb, coef, **ranker):
+    """A trigram-encoder pipeline whose ranker ("hybrid_prior": dense, tfidf, count_prior columns) has weights set
+    by hand: unit scales, zero means, so a candidate's score is coef @ its columns."""
+    nlp = spacy.blank("en")
+    config = {"ranker": {"@misc": "spacy_conceptnorm.ranker.v1", "fast_path": False, **ranker}}
+    normalizer = nlp.add_pipe("concept_normalizer", config=config)
+    normalizer.encoder = TrigramEncoder()
+    normalizer.initialize(lambda: [Example(d, d) for d in train_docs], nlp=nlp, kb=kb)
+    normalizer.ranker.weights = {"mean": np.zeros(3), "scale": np.ones(3), "coef": np.array(coef, dtype=float)}
+    return nlp, normalizer
+
+
+def test_the_cache_sees_weights_and_counts_changed_in_place(train_docs, kb):
+    nlp, normalizer = hand_ranked(train_docs, kb, [1.0, 0.0, 0.0])  # by the dense cosine alone
+    linker, mention = normalizer.linker, "colorectal tumours"
+    (candidates,) = linker.candidate_sets([kb.normalizer(mention)])
+    dense = dict(zip(candidates.concept_ids, candidates.features[:, 0]))
+    assert len(set(dense.values())) == len(dense) > 2  # no ties: one first and one last
+    first, last = max(dense, key=dense.get), min(dense, key=dense.get)
+    assert linker.link([mention])[0].candidates[0][0] == first
+    normalizer.ranker.weights["coef"][0] = -1.0  # in place: the least similar candidate now wins
+    assert linker.link([mention])[0].candidates[0][0] == last
+    normalizer.ranker.weights["coef"][:] = [0.0, 0.0, 1.0]  # by the annotation counts alone: all 0, a tie
+    normalizer.ranker.counts.clear()
+    tied = linker.link([mention])[0].candidates[0][0]
+    assert tied == candidates.concept_ids[0]  # a tie keeps the candidates' order
+    normalizer.ranker.counts[last] = 50  # in place
+    assert linker.link([mention])[0].candidates[0][0] == last
+    assert linker.cache_hits == 0  # every change above was seen
+
+
+def test_the_lexical_index_is_saved_and_loaded_only_when_the_ranker_reorders(train_docs, test_docs, kb, tmp_path):
+    nlp, normalizer = hand_ranked(train_docs, kb, [1.0, 0.5, 0.2])
+    assert normalizer.linker.generator is None  # initialize builds no lexical index for an untrained ranker
+    links = {}
+    for reorder in (False, True):
+        normalizer.ranker.reorder = reorder
+        normalizer.linker.candidate_generator()  # as train-ranker builds it
+        before = [(e.kb_id_, e._.kb_ents) for d in nlp.pipe([blank_copy(x) for x in test_docs]) for e in d.ents]
+        nlp.to_disk(tmp_path / str(reorder))
+        assert (tmp_path / str(reorder) / "concept_normalizer" / "linker" / "lexical.msgpack").exists() is reorder
+        loaded = spacy.load(tmp_path / str(reorder))
+        loaded_normalizer = loaded.get_pipe("concept_normalizer")
+        loaded_normalizer.searcher.encoder = TrigramEncoder()  # saved by reference only
+        assert (loaded_normalizer.linker.generator is not None) is reorder
+        after = [(e.kb_id_, e._.kb_ents) for d in loaded.pipe([blank_copy(x) for x in test_docs]) for e in d.ents]
+        assert after == before and len(before) > 40
+        loaded_normalizer.add_synonyms([("zzq syndrome", "D001943")])
+        assert (loaded_normalizer.linker.generator is not None) is reorder  # nothing built to keep in step
+        links[reorder] = before
+    assert links[True] != links[False]  # the reordering ranker reads the lexical index it loaded

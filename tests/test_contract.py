@@ -2,7 +2,6 @@
 shared with scispacy (issue 11). Built with the trigram test encoder, so each test takes well under a second."""
 
 import inspect
-import json
 import re
 from pathlib import Path
 
@@ -95,23 +94,6 @@ def test_to_bytes_and_from_bytes_restore_identical_links_with_the_disk_checks(nl
         new_pipeline().get_pipe("concept_normalizer").from_bytes(component_data[:-10])
     with pytest.raises(ConceptNormError, match="not a concept_normalizer"):
         new_pipeline().get_pipe("concept_normalizer").from_bytes(srsly.msgpack_dumps({"names": []}))
-
-
-def test_bytes_of_the_first_to_bytes_format_still_load(nlp, test_docs):
-    """Until 24a3765 each part was packed on its own ({part: msgpack({path in the part, or "." for a one-file part:
-    content})}) and there was no checksum list (nor its flag in cfg); such bytes load with the same links."""
-    files = srsly.msgpack_loads(nlp.get_pipe("concept_normalizer").to_bytes())
-    cfg = json.loads(files.pop("cfg"))
-    assert cfg.pop("checksums") is True
-    files.pop("checksums.json")
-    parts: dict[str, dict[str, bytes]] = {"cfg": {".": json.dumps(cfg).encode()}}
-    for name, content in files.items():
-        part, _, inside = name.partition("/")
-        parts.setdefault(part, {})[inside or "."] = content
-    first = srsly.msgpack_dumps({part: srsly.msgpack_dumps(inner) for part, inner in parts.items()})
-    restored = new_pipeline()
-    restored.get_pipe("concept_normalizer").from_bytes(first)
-    assert links(restored, test_docs) == links(nlp, test_docs)
 
 
 def test_from_disk_honours_exclude_and_keeps_the_encoder_given_by_config(nlp, test_docs, tmp_path):

@@ -1,7 +1,7 @@
-"""Issue 15, items 2 and 9: every file of a saved pipeline, truncated, flipped or deleted in turn, fails to load with
-the package's error naming that file; a flipped bit in the saved KB no longer loads a different KB silently.
-Our components' files are checked by `spacy.load`; every file, spaCy's included, by `spacy_conceptnorm.load` of a
-pipeline written by `spacy_conceptnorm.save`.
+"""Every file of a saved pipeline, truncated, flipped or deleted in turn, fails to load with the package's error
+naming that file; a flipped bit in the saved KB does not load a different KB silently. Our components' files are
+checked by `spacy.load`; every file, spaCy's included, by `spacy_conceptnorm.load` of a pipeline written by
+`spacy_conceptnorm.save`.
 
 The pipeline carries its encoder (a 1-layer random BERT with the MiniLM tokenizer, saved from a local directory),
 so its weights, tokenizer and config files are among the files checked."""
@@ -40,6 +40,8 @@ def saved(tmp_path_factory, tiny_bert) -> Path:
     kb_file = path.parent / "medic.txt"  # a tenth of the sample: quick to encode
     kb_file.write_text("\n".join(line for i, line in enumerate(lines) if i % 10 == 0) + "\n")
     normalizer.initialize(nlp=nlp, kb=load_kb(kb_file))
+    # hand-set weights of a ranker that reorders: its lexical index is saved and read too
+    normalizer.ranker.weights = {"mean": np.zeros(3), "scale": np.ones(3), "coef": np.ones(3)}
     nlp.get_pipe("composite_splitter").set_known_names(["breast cancer"])
     nlp.to_disk(path)
     return path
@@ -72,7 +74,15 @@ def load_and_use(nlp, root: Path, file: Path) -> None:
 
 def test_the_pipeline_saves_its_encoder_and_checksums(saved):
     names = {p.relative_to(saved).as_posix() for p in our_files(saved)}
-    for name in ("checksums.json", "kb", "encoder/model.safetensors", "encoder/tokenizer.json", "encoder/config.json"):
+    for name in (
+        "checksums.json",
+        "kb",
+        "encoder/model.safetensors",
+        "encoder/tokenizer.json",
+        "encoder/config.json",
+        "linker/models.json",
+        "linker/lexical.msgpack",
+    ):
         assert f"concept_normalizer/{name}" in names
     assert "composite_splitter/names.json" in names
     nlp = spacy.load(saved)
@@ -115,6 +125,17 @@ def test_without_checksums_truncated_files_are_still_named(saved, tmp_path, monk
             load_and_use(nlp, copy, file)
         assert file.name in str(e.value), (file, str(e.value))
         file.write_bytes(original)
+
+
+def test_without_checksums_a_missing_lexical_index_of_a_reordering_ranker_is_named(saved, tmp_path, monkeypatch):
+    monkeypatch.setenv(SKIP_CHECKSUMS, "1")
+    copy = tmp_path / "pipeline"
+    shutil.copytree(saved, copy)
+    lexical = copy / "concept_normalizer" / "linker" / "lexical.msgpack"
+    lexical.unlink()
+    with pytest.raises(ConceptNormError, match="E302") as e:
+        spacy.load(copy)
+    assert str(lexical) in str(e.value)
 
 
 def test_a_flipped_bit_in_a_concept_id_no_longer_loads_another_kb(saved, tmp_path, monkeypatch):

@@ -1,4 +1,4 @@
-"""A lighter single machine (issue 14): the encoder's weights load only when an unseen mention needs them, once
+"""A lighter single machine: the encoder's weights load only when an unseen mention needs them, once
 whatever the threads, and a cache of linked mention texts across batches. A 1-layer random BERT keeps it fast."""
 
 import multiprocessing

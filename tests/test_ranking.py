@@ -215,11 +215,11 @@ def test_ngram_range_reaches_the_lexical_index_and_is_saved(train_docs, kb, tmp_
     normalizer = nlp.add_pipe("concept_normalizer", config={"strategy": "D-T+OD-T", "ranker": ranker})
     normalizer.encoder = TrigramEncoder()
     normalizer.initialize(lambda: [Example(d, d) for d in train_docs], nlp=nlp, kb=kb)
-    assert normalizer.linker.generator.lexical.ngram_range == (2, 4)
-    assert max(map(len, normalizer.linker.generator.lexical.tfidf.vocabulary_)) == 4
+    assert normalizer.linker.candidate_generator().lexical.ngram_range == (2, 4)
+    assert max(map(len, normalizer.linker.candidate_generator().lexical.tfidf.vocabulary_)) == 4
     nlp.to_disk(tmp_path / "p")
     loaded = spacy.load(tmp_path / "p").get_pipe("concept_normalizer")
-    assert loaded.ranker.ngram_range == (2, 4) and loaded.linker.generator.lexical.ngram_range == (2, 4)
+    assert loaded.ranker.ngram_range == (2, 4) and loaded.linker.candidate_generator().lexical.ngram_range == (2, 4)
 
 
 def linker_pipeline(train_docs, kb):
@@ -288,6 +288,7 @@ def test_train_ranker_keeps_reordering_only_when_dev_says_it_helps(train_docs, t
     sieve = normalizer.searcher.search_keys(keys)
     assert [m.candidates for m in linked] == [sieve[k].candidates for k in keys]
     nlp.to_disk(tmp_path / "p")
+    assert not (tmp_path / "p" / "concept_normalizer" / "linker" / "lexical.msgpack").exists()  # never read
     reloaded = spacy.load(tmp_path / "p").get_pipe("concept_normalizer").ranker
     assert reloaded.reorder is False and reloaded.is_fitted
     data = ranker.weights_to_dict()

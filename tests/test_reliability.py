@@ -76,7 +76,7 @@ def test_adding_then_removing_a_domain_synonym_keeps_the_original(nlp):
 
 def test_add_remove_cycles_reuse_the_rows_of_removed_names(nlp, tmp_path):
     normalizer = nlp.get_pipe("concept_normalizer")
-    searcher, generator = normalizer.searcher, normalizer.linker.generator
+    searcher, generator = normalizer.searcher, normalizer.linker.candidate_generator()
     rows = len(searcher.row_names)
     for cycle in range(3):
         pairs = [(f"zzq cycle {cycle} name {i}", "D001943") for i in range(40)]

@@ -46,13 +46,13 @@ def _use(normalizer, ranker: Ranker | None, lexical) -> None:
     """Swap the component's ranker (the fitted lexical index is kept)."""
     normalizer.ranker = ranker
     normalizer.linker = Linker(normalizer.searcher, ranker)
-    if normalizer.linker.generator is not None:
-        normalizer.linker.generator.lexical = lexical
+    if ranker is not None:
+        normalizer.linker.candidate_generator(lexical)
 
 
 def _speed(nlp, docs) -> float:
     normalizer = get_normalizer(nlp)[1]
-    normalizer.linker._cache.clear()
+    normalizer.linker.clear_cache()
     docs = strip_links(docs)
     n = sum(len(d.ents) for d in docs)
     off = [p for p in ("abbreviation_resolver", "composite_splitter") if p in nlp.pipe_names] + recognizers(nlp)
@@ -75,10 +75,8 @@ def main(
     normalizer = get_normalizer(nlp)[1]
     train_docs, dev_docs, test_docs = (read_gold_docs(nlp, p) for p in (train, dev, test))
     refined_out = {normalizer.kb.normalizer(e.text) for e in mention_spans(train_docs)}
-    base = normalizer.linker.generator or Linker(normalizer.searcher, Ranker()).generator
-    if base.lexical is None:
-        base.build()
-    lexical = base.lexical
+    base = normalizer.linker if normalizer.ranker else Linker(normalizer.searcher, Ranker())
+    lexical = base.candidate_generator().lexical
 
     def score(label: str, seconds: float | None) -> dict:
         with dev_mentions_hidden(nlp, dev_docs, train_docs):

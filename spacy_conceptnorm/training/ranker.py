@@ -88,7 +88,7 @@ def ranking_examples(
 ) -> list[RankingExample]:
     """Ranking examples of the docs' gold mentions, each fold linked without its own domain names."""
     normalizer = normalizer_of(nlp)
-    generator = normalizer.linker.generator
+    generator = normalizer.linker.candidate_generator()  # fits the lexical index unless it is there
     counts_before = generator.counts
     order = list(range(len(docs)))
     random.Random(seed).shuffle(order)
@@ -171,7 +171,8 @@ def train_ranker(
 
     With dev docs, the ranker keeps reordering candidates only if it beats the sieve's order on the dev queries
     beyond chance (`reorder_test` at level `alpha`; `Ranker.reorder`); else the sieve's order stands for every
-    mention.
+    mention. The lexical index the candidate sets need is fitted here when the pipeline has none; a pipeline saved
+    afterwards keeps it only if the ranker reorders (`Linker.to_disk`).
 
     RETURNS (dict): Candidate recall, dev Acc@1 of the sieve and of the ranker, `reorder`, training times.
     """
@@ -181,7 +182,7 @@ def train_ranker(
         raise ConceptNormError(Errors.E314)
     dev_only = doc_pairs(normalizer, dev_docs) - doc_pairs(normalizer, train_docs)
     report: dict = {"folds": folds, "seed": seed}
-    ranker.counts = normalizer.linker.generator.counts = concept_counts(normalizer, train_docs)
+    ranker.counts = normalizer.linker.candidate_generator().counts = concept_counts(normalizer, train_docs)
     with normalizer.synonyms_hidden(dev_only):
         t = time.perf_counter()
         train = ranking_examples(nlp, train_docs, folds, seed, log)
