@@ -280,25 +280,6 @@ def test_a_searcher_keeps_the_index_type_it_chose(monkeypatch, tmp_path):
     assert loaded.search(["syndrome 12"])[0].candidates[0] == ("D12", pytest.approx(1.0, abs=1e-9))
 
 
-def test_a_searcher_saved_in_the_first_format_still_loads(tmp_path):
-    """Format 1: float32 vectors, the names of the rows as strings, indexes inside the msgpack."""
-    kb = KnowledgeBase()
-    kb.add_concept(Concept("D1", "Alpha disease"), ["alpha syndrome"])
-    kb.add_concept(Concept("D2", "Beta disease"))
-    vectors = TrigramEncoder().encode(["alpha disease", "alpha syndrome", "beta disease"])
-    (tmp_path / "s").mkdir()
-    np.save(tmp_path / "s" / "vectors.npy", vectors)
-    import zlib
-
-    data = {"format": "spacy_conceptnorm.searcher", "version": 1, "row_names": kb.names(),
-            "vectors_shape": [3, 64], "vectors_crc32": zlib.crc32(vectors.tobytes()), "index_config": {},
-            "indexes": {"ontology": {"data": b"", "removed": [], "rows": [0, 1, 2]}}}  # fmt: skip
-    (tmp_path / "s" / "searcher.msgpack").write_bytes(srsly.msgpack_dumps(data))
-    searcher = SieveSearcher(kb, TrigramEncoder(), strategy="O-T").from_disk(tmp_path / "s")
-    assert searcher.vectors.dtype == np.float16  # kept as float16 from now on
-    assert searcher.search(["beta disease"])[0].candidates[0][0] == "D2"
-
-
 def test_benchmark_queries_are_near_their_rows():
     store = VectorStore(384)
     store.append(unit(2000, 384))
