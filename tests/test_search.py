@@ -105,6 +105,24 @@ def test_add_and_remove_names_take_effect_at_once(searcher, small_kb):
     assert match.stage == "OD-T" and "sugar disease" not in searcher.rows
 
 
+def test_a_removed_name_frees_its_row_for_the_next_name_and_gets_it_back_unencoded(searcher, small_kb):
+    rows = len(searcher.vectors)
+    searcher.add_names(small_kb.add_names([("sugar disease", "D003920")])[0], DOMAIN)
+    row = searcher.rows["sugar disease"]
+    assert row == rows and len(searcher.vectors) == rows + 1  # appended
+    searcher.remove_names(small_kb.remove_names([("sugar disease", "D003920")]), DOMAIN)
+    assert searcher.row_names[row] is None and searcher.row_name_ids[row] == -1
+    searcher.encoder.calls.clear()
+    searcher.add_names(small_kb.add_names([("sugar disease", "D003920")])[0], DOMAIN)
+    assert searcher.rows["sugar disease"] == row and searcher.encoder.calls == []  # its vector was kept
+    searcher.remove_names(small_kb.remove_names([("sugar disease", "D003920")]), DOMAIN)
+    searcher.add_names(small_kb.add_names([("honey disease", "D003920")])[0], DOMAIN)
+    assert searcher.rows["honey disease"] == row and len(searcher.vectors) == rows + 1  # the free row, no growth
+    assert searcher.name_rows[small_kb.key_id("honey disease")] == row
+    (match,) = searcher.search(["honey disease"])
+    assert match.stage == "D-T" and match.candidates[0] == ("D003920", pytest.approx(1.0, abs=1e-9))
+
+
 def test_round_trip_and_mismatch_detection(searcher, small_kb, tmp_path):
     searcher.to_disk(tmp_path / "s")
     loaded = SieveSearcher(small_kb, searcher.encoder, "D-T+OD-T", 0.95, 3).from_disk(tmp_path / "s")
