@@ -274,7 +274,9 @@ class SieveSearcher:
         vectors: np.ndarray | None = None,
     ) -> dict[str, Match]:
         """Search distinct normalized queries through the sieve (`top_k` overrides the configured one; `vectors`,
-        the queries' `query_vectors`, saves encoding them again)."""
+        the queries' `query_vectors`, saves encoding them again). A query that is a known name is searched like
+        any other, with its stored vector: its answer lists its nearest other concepts too, and an earlier stage
+        may answer it from a name of another concept."""
         if top_k is not None and top_k != self.top_k:
             configured, self.top_k = self.top_k, top_k
             try:
@@ -316,8 +318,8 @@ class SieveSearcher:
         sources = [s for s in TARGET_SOURCES[stage.target] if s in self.indexes]
         hits = [self.indexes[source].search(queries, _fetch(top_k))[1] for source in sources]
         found = [list(dict.fromkeys(r for ids in hits for r in ids[q].tolist() if r >= 0)) for q in range(len(queries))]
-        # every query's rows scored in one pass and each name's concepts looked up once: the work around the index
-        # search took 0.09 s instead of 0.14 s query by query (NCBI-disease test mentions, MEDIC), same bits
+        # the rows of every query scored in one pass and each name's concepts looked up once for the batch, not
+        # query by query: this Python work around the index search is a good part of a cold pass
         rows = np.array([r for q_rows in found for r in q_rows], dtype=np.int64)
         query_of = np.repeat(np.arange(len(queries)), [len(f) for f in found])
         scores = [
@@ -448,8 +450,8 @@ class SieveSearcher:
         return self
 
 
-# rows scored at a time: float64 copies of all of a batch's rows (up to 160 a query at top_k 20) took fresh memory
-# whose page faults cost more than the products (0.055-0.105 s -> 0.037 s for 167 NCBI-disease test queries)
+# rows scored at a time: a float64 copy of all of a batch's rows (`_fetch(top_k)` per query and source) would take
+# fresh memory whose page faults cost more than the products
 SCORE_CHUNK = 4096
 
 
