@@ -207,8 +207,8 @@ class SieveSearcher:
         unseen = [n for n in names if table.row_of(n) < 0]
         if unseen:
             new = np.asarray(self.encoder.encode(unseen), dtype=np.float32)
-            hidden = [np.asarray(index.removed) for index in self.indexes.values() if index.removed]
-            free = table.free_rows(hidden)[: len(unseen)]
+            held = [np.asarray(index.removed) for index in self.indexes.values() if index.removed]
+            free = table.free_rows(held)[: len(unseen)]
             table.take(free)
             if len(self.vectors) == 0 and self.vectors.dim != new.shape[1]:
                 self.vectors = VectorStore(new.shape[1])
@@ -318,8 +318,8 @@ class SieveSearcher:
         sources = [s for s in TARGET_SOURCES[stage.target] if s in self.indexes]
         hits = [self.indexes[source].search(queries, _fetch(top_k))[1] for source in sources]
         found = [list(dict.fromkeys(r for ids in hits for r in ids[q].tolist() if r >= 0)) for q in range(len(queries))]
-        # the rows of every query scored in one pass and each name's concepts looked up once for the batch, not
-        # query by query: this Python work around the index search is a good part of a cold pass
+        # the rows of every query are scored in one pass, and each name's concepts looked up once for the batch
+        # rather than once per query that found it
         rows = np.array([r for q_rows in found for r in q_rows], dtype=np.int64)
         query_of = np.repeat(np.arange(len(queries)), [len(f) for f in found])
         scores = [
