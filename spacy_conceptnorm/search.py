@@ -15,7 +15,7 @@ picks at random: first the concept whose canonical name is the matched name, the
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,12 +25,13 @@ from .encoder import NameEncoder
 from .errors import ConceptNormError, Errors
 from .index import VectorIndex
 from .kb import DOMAIN, ONTOLOGY, KnowledgeBase
+from .rows import RowNames, Rows, RowTable
 from .util import read_msgpack, write_msgpack
 from .vector_store import VectorStore
 
 TARGET_BITS = {"O": 1, "D": 2, "OD": 3}
 TARGET_SOURCES = {"O": (ONTOLOGY,), "D": (DOMAIN,), "OD": (ONTOLOGY, DOMAIN)}
-FORMAT_TAG, FORMAT_VERSION = "spacy_conceptnorm.searcher", 2  # 2: rows as KB name ids, FAISS files (1 still read)
+FORMAT_TAG, FORMAT_VERSION = "spacy_conceptnorm.searcher", 2
 ENCODE_CHUNK = 100_000  # names per encoder call when building: bounds the float32 vectors held at once
 ALL_STRATEGIES = [
     "O-T", "O-C", "D-T", "D-C", "OD-T", "OD-C",
@@ -83,8 +84,8 @@ class SieveSearcher:
     """Name vectors, their indexes per source, and the sieve search over them.
 
     The vectors are one `VectorStore` (float16 where that keeps cosines to float32 >= 0.999; memory-mapped when
-    loaded) shared by every index: an exact index keeps only which rows it holds. A row is found from a name
-    through the knowledge base's name ids (`rows`, `row_names` are views, not dicts of strings).
+    loaded) shared by every index: an exact index keeps only which rows it holds. Which row holds which name is
+    a `RowTable` over the knowledge base's name ids (`rows`, `row_names` are views of it).
 
     kb (KnowledgeBase): The concepts and names searched.
     encoder (NameEncoder): Encodes names and queries.
@@ -112,9 +113,7 @@ class SieveSearcher:
         self.top_k = top_k
         self.index_config = dict(index or {})
         self.vectors = VectorStore(0)  # its dimension is the encoder's, known once names are encoded
-        self._row_name = np.zeros(0, dtype=np.int64)  # row -> KB name id, -1 for a free row
-        self._name_row = np.zeros(0, dtype=np.int64)  # KB name id -> row, -1 for none
-        self._freed: dict[str, int] = {}  # removed name -> its free row, whose vector is kept until taken
+        self.row_table = RowTable(kb)
         self.indexes: dict[str, VectorIndex] = {}
         self._concept_indexes: dict[str, tuple[list[str], VectorIndex, np.ndarray]] = {}
         self._canonical: dict[str, str] = {}
@@ -138,28 +137,24 @@ class SieveSearcher:
     @property
     def rows(self) -> Mapping[str, int]:
         """Normalized name -> its row of `vectors` (a view)."""
-        return _Rows(self)
+        return Rows(self.row_table)
 
     @property
     def row_names(self) -> Sequence[str | None]:
         """Row -> its normalized name, None for a free row (a view)."""
-        return _RowNames(self)
+        return RowNames(self.row_table)
 
     @property
     def row_name_ids(self) -> np.ndarray:
         """Row -> the KB id of its normalized name (`kb.name_key`), -1 for a free row. Read only: it is the
         searcher's own array. Name ids are never reused, so equal ids mean equal names."""
-        return self._row_name
+        return self.row_table.row_name
 
     @property
     def name_rows(self) -> np.ndarray:
         """KB name id -> its row, -1 for none (ids beyond its length have none). Read only: the searcher's own
         array, the inverse of `row_name_ids`."""
-        return self._name_row
-
-    def _row_of(self, name: str) -> int:
-        name_id = self.kb.key_id(name)
-        return int(self._name_row[name_id]) if 0 <= name_id < len(self._name_row) else -1
+        return self.row_table.name_row
 
     # --- building and changing ----------------------------------------------------------------------------------
     def build(self, progress: bool = False, vectors: VectorStore | np.ndarray | None = None) -> None:
@@ -179,13 +174,10 @@ class SieveSearcher:
         if len(vectors) != len(ids):
             raise ConceptNormError(Errors.E108.format(expected=len(ids), found=len(vectors)))
         self.vectors = vectors
-        self._row_name = ids.copy()
-        self._name_row = np.full(self.kb.name_capacity, -1, dtype=np.int64)
-        self._name_row[ids] = np.arange(len(ids))
-        self._freed = {}
+        self.row_table.reset(ids.copy())
         self.indexes = {}
         for source in (ONTOLOGY, DOMAIN):
-            self._index(source).add(self._name_row[self.kb.name_ids(source)])
+            self._index(source).add(self.name_rows[self.kb.name_ids(source)])
         self._changed()
 
     def _encoded(self, ids: np.ndarray, progress: bool) -> VectorStore:
@@ -205,31 +197,20 @@ class SieveSearcher:
             self.indexes[source] = VectorIndex.on_store(self.vectors, **{"index_type": "auto", **self.index_config})
         return self.indexes[source]
 
-    def _assign(self, row: int, name: str) -> None:
-        """Make `row` the row of `name` (a name of the KB)."""
-        name_id = self.kb.key_id(name)
-        if name_id >= len(self._name_row):
-            self._name_row = _grown(self._name_row, self.kb.name_capacity)
-        if row >= len(self._row_name):
-            self._row_name = _grown(self._row_name, len(self.vectors))
-        self._name_row[name_id], self._row_name[row] = row, name_id
-
     def add_names(self, names: Iterable[str], source: str) -> None:
         """Index normalized names (already linked in the KB) under `source`, encoding those not seen before. New
         names take the rows freed by removed names first, so adding and removing names does not grow `vectors`."""
         names = list(dict.fromkeys(names))
         if not names:
             return
-        for name in names:  # removed earlier and its row still free: its vector is still there
-            row = self._freed.pop(name, None) if self._row_of(name) < 0 else None
-            if row is not None:
-                self._assign(row, name)
-        unseen = [n for n in names if self._row_of(n) < 0]
+        table = self.row_table
+        table.restore(names, len(self.vectors))  # removed earlier and its row still free: its vector is still there
+        unseen = [n for n in names if table.row_of(n) < 0]
         if unseen:
             new = np.asarray(self.encoder.encode(unseen), dtype=np.float32)
-            free = self._free_rows()[: len(unseen)]
-            taken = set(free)
-            self._freed = {n: r for n, r in self._freed.items() if r not in taken}
+            held = [np.asarray(index.removed) for index in self.indexes.values() if index.removed]
+            free = table.free_rows(held)[: len(unseen)]
+            table.take(free)
             if len(self.vectors) == 0 and self.vectors.dim != new.shape[1]:
                 self.vectors = VectorStore(new.shape[1])
                 self.indexes = {}
@@ -237,30 +218,20 @@ class SieveSearcher:
                 self.vectors[free] = new[: len(free)]
             rows = free + self.vectors.append(new[len(free) :]).tolist()
             for row, name in zip(rows, unseen):
-                self._assign(row, name)
-        self._index(source).add(np.array([self._row_of(n) for n in names], dtype=np.int64))
+                table.assign(row, name, len(self.vectors))
+        self._index(source).add(np.array([table.row_of(n) for n in names], dtype=np.int64))
         self._changed()
-
-    def _free_rows(self) -> list[int]:
-        """Rows of removed names that no index still holds (an HNSW index only hides removed rows)."""
-        free = np.flatnonzero(self._row_name < 0)
-        hidden = [index.removed for index in self.indexes.values() if index.removed]
-        if hidden:
-            free = np.setdiff1d(free, np.concatenate(hidden))
-        return free.tolist()
 
     def remove_names(self, names: Iterable[str], source: str) -> None:
         """Drop normalized names that no longer have any concept under `source` from that source's index."""
-        found = [(n, r) for n in names if (r := self._row_of(n)) >= 0]
+        found = [(n, r) for n in names if (r := self.row_table.row_of(n)) >= 0]
         if not found:
             return
         if source in self.indexes:
             self.indexes[source].remove(np.array([r for _, r in found], dtype=np.int64))
-        for name, row in found:
+        for name, _ in found:
             if not self.kb.concepts_for(name):  # gone from the KB entirely: free its row
-                self._name_row[self._row_name[row]] = -1
-                self._row_name[row] = -1
-                self._freed[name] = row
+                self.row_table.release(name)
         self._changed()
 
     def _changed(self) -> None:
@@ -275,7 +246,7 @@ class SieveSearcher:
         known: dict[int, int] = {}
         todo: dict[str, list[int]] = {}
         for i, key in enumerate(keys):
-            row = self._row_of(key)
+            row = self.row_table.row_of(key)
             if row >= 0:
                 known[i] = row
             else:
@@ -304,7 +275,9 @@ class SieveSearcher:
         vectors: np.ndarray | None = None,
     ) -> dict[str, Match]:
         """Search distinct normalized queries through the sieve (`top_k` overrides the configured one; `vectors`,
-        the queries' `query_vectors`, saves encoding them again)."""
+        the queries' `query_vectors`, saves encoding them again). A query that is a known name is searched like
+        any other, with its stored vector: its answer lists its nearest other concepts too, and an earlier stage
+        may answer it from a name of another concept."""
         if top_k is not None and top_k != self.top_k:
             configured, self.top_k = self.top_k, top_k
             try:
@@ -346,8 +319,8 @@ class SieveSearcher:
         sources = [s for s in TARGET_SOURCES[stage.target] if s in self.indexes]
         hits = [self.indexes[source].search(queries, _fetch(top_k))[1] for source in sources]
         found = [list(dict.fromkeys(r for ids in hits for r in ids[q].tolist() if r >= 0)) for q in range(len(queries))]
-        # every query's rows scored in one pass and each name's concepts looked up once: the work around the index
-        # search took 0.09 s instead of 0.14 s query by query (NCBI-disease test mentions, MEDIC), same bits
+        # the rows of every query are scored in one pass, and each name's concepts looked up once for the batch
+        # rather than once per query that found it
         rows = np.array([r for q_rows in found for r in q_rows], dtype=np.int64)
         query_of = np.repeat(np.arange(len(queries)), [len(f) for f in found])
         scores = [
@@ -355,7 +328,7 @@ class SieveSearcher:
             for s in range(0, len(rows), SCORE_CHUNK)
             for score in exact_scores(self.vectors, rows[s : s + SCORE_CHUNK], queries[query_of[s : s + SCORE_CHUNK]])
         ]
-        name_ids = self._row_name[rows].tolist() if len(rows) else []
+        name_ids = self.row_name_ids[rows].tolist() if len(rows) else []
         names = {n: (self.kb.name_key(n), self.kb.concepts_of(n, mask)) for n in set(name_ids) if n >= 0}
         matches, start = [], 0
         for q_rows in found:
@@ -402,7 +375,7 @@ class SieveSearcher:
             slot: dict[str, int] = {}
             pairs = [
                 (slot.setdefault(cid, len(slot)), row)
-                for row, name_id in enumerate(self._row_name.tolist())
+                for row, name_id in enumerate(self.row_name_ids.tolist())
                 if name_id >= 0
                 for cid in self.kb.concepts_of(name_id, mask)
             ]
@@ -437,7 +410,7 @@ class SieveSearcher:
                 "version": FORMAT_VERSION,
                 "vectors_shape": list(self.vectors.shape),
                 "vectors_crc32": crc,
-                "row_name_ids": self._row_name.astype("<i8").tobytes(),
+                "row_name_ids": self.row_name_ids.astype("<i8").tobytes(),
                 "kb_names_crc32": self.kb.names_digest(),
                 "index_config": self.index_config,
                 "indexes": indexes,
@@ -445,28 +418,21 @@ class SieveSearcher:
         )
 
     def from_disk(self, path: str | Path) -> SieveSearcher:
-        """Load what `to_disk` wrote (or format 1: float32 vectors, names as strings); the vectors are
-        memory-mapped and must match their checksum (read once, a block at a time), and the rows the KB's names."""
+        """Load what `to_disk` wrote; the vectors are memory-mapped and must match their checksum (read once, a
+        block at a time), and the rows the KB's names."""
         path = Path(path)
-        data = read_msgpack(path / "searcher.msgpack", "searcher", FORMAT_TAG, (FORMAT_VERSION, 1))
+        data = read_msgpack(path / "searcher.msgpack", "searcher", FORMAT_TAG, FORMAT_VERSION)
         vectors = VectorStore.load(path / "vectors.npy", tuple(data["vectors_shape"]), data["vectors_crc32"])
-        if data["version"] == 1:  # float32 vectors: kept as float16 from now on (saved so when saved again)
-            vectors = vectors.as_float16()
-            row_name = np.array([self.kb.key_id(n) if n is not None else -1 for n in data["row_names"]], np.int64)
-        elif data["kb_names_crc32"] != self.kb.names_digest():
+        if data["kb_names_crc32"] != self.kb.names_digest():
             detail = "the KB and the vectors differ (the KB's names are not those they were saved with)"
             raise ConceptNormError(Errors.E302.format(path=path, detail=detail))
-        else:
-            row_name = np.frombuffer(data["row_name_ids"], dtype="<i8").astype(np.int64)
+        row_name = np.frombuffer(data["row_name_ids"], dtype="<i8").astype(np.int64)
         if len(row_name) != len(vectors) or (len(row_name) and row_name.max() >= self.kb.name_capacity):
             raise ConceptNormError(Errors.E302.format(path=path, detail="the rows do not fit the vectors and the KB"))
         self.vectors = vectors
-        self._row_name = row_name
-        self._name_row = np.full(self.kb.name_capacity, -1, dtype=np.int64)
-        self._name_row[row_name[row_name >= 0]] = np.flatnonzero(row_name >= 0)
-        self._freed = {}
+        self.row_table.reset(row_name)
         alive = self.kb.name_ids()
-        unmatched = alive[self._name_row[alive] < 0]
+        unmatched = alive[self.name_rows[alive] < 0]
         if len(unmatched) or (row_name >= 0).sum() != len(alive):
             missing = [self.kb.name_key(i) for i in unmatched[:3]]
             raise ConceptNormError(
@@ -475,69 +441,18 @@ class SieveSearcher:
         self.index_config = data["index_config"]
         self.indexes = {}
         for source, saved in data["indexes"].items():
-            chosen = saved.get("index_type", self.index_config.get("index_type", "exact"))  # format 1: as configured
-            config = {**self.index_config, "index_type": chosen}
+            config = {**self.index_config, "index_type": saved["index_type"]}
             index = self.indexes[source] = VectorIndex.on_store(self.vectors, **config)
             if saved.get("file"):
                 index.read(path / saved["file"], saved["removed"], saved["crc32"])
-            elif saved.get("data"):  # format 1 kept approximate indexes inside the msgpack
-                index.load_bytes(saved["data"], saved["removed"])
             else:  # exact or flat: the rows of the KB's names under this source
-                index.add(self._name_row[self.kb.name_ids(source)])
+                index.add(self.name_rows[self.kb.name_ids(source)])
         self._changed()
         return self
 
 
-class _Rows(Mapping):
-    """A searcher's normalized name -> row, read through the KB's name ids."""
-
-    def __init__(self, searcher: SieveSearcher) -> None:
-        self.searcher = searcher
-
-    def __getitem__(self, name: str) -> int:
-        row = self.searcher._row_of(name) if isinstance(name, str) else -1
-        if row < 0:
-            raise KeyError(name)
-        return row
-
-    def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and self.searcher._row_of(name) >= 0
-
-    def __iter__(self) -> Iterator[str]:
-        searcher = self.searcher
-        return (searcher.kb.name_key(i) for i in searcher._row_name.tolist() if i >= 0)
-
-    def __len__(self) -> int:
-        return int((self.searcher._row_name >= 0).sum())
-
-
-class _RowNames(Sequence):
-    """A searcher's row -> normalized name (None for a free row)."""
-
-    def __init__(self, searcher: SieveSearcher) -> None:
-        self.searcher = searcher
-
-    def __len__(self) -> int:
-        return len(self.searcher._row_name)
-
-    def __getitem__(self, row):
-        if isinstance(row, slice):
-            return [self[i] for i in range(*row.indices(len(self)))]
-        name_id = int(self.searcher._row_name[row])
-        return self.searcher.kb.name_key(name_id) if name_id >= 0 else None
-
-    def __iter__(self) -> Iterator[str | None]:
-        key = self.searcher.kb.name_key
-        return (key(i) if i >= 0 else None for i in self.searcher._row_name.tolist())
-
-
-def _grown(values: np.ndarray, size: int) -> np.ndarray:
-    """`values` extended with -1 to at least `size` entries."""
-    return np.concatenate([values, np.full(max(size - len(values), 0), -1, dtype=values.dtype)])
-
-
-# rows scored at a time: float64 copies of all of a batch's rows (up to 160 a query at top_k 20) took fresh memory
-# whose page faults cost more than the products (0.055-0.105 s -> 0.037 s for 167 NCBI-disease test queries)
+# rows scored at a time: a float64 copy of all of a batch's rows (`_fetch(top_k)` per query and source) would take
+# fresh memory whose page faults cost more than the products
 SCORE_CHUNK = 4096
 
 

@@ -1,5 +1,6 @@
 import numpy as np
 import pytest
+import srsly
 
 from spacy_conceptnorm.errors import ConceptNormError
 from spacy_conceptnorm.kb import DOMAIN, Concept, KnowledgeBase
@@ -56,14 +57,23 @@ def test_targets_restrict_what_is_searched(searcher):
     assert match.candidates[0][0] == "D003920"
 
 
-def test_concept_representation_is_the_mean_of_name_vectors(searcher):
+def test_concept_representation_is_the_mean_of_name_vectors():
+    kb = KnowledgeBase()
+    kb.add_concept(Concept("D001943", "Breast Neoplasms"), ["Breast Cancer", "Mammary Cancer"])
+    kb.add_concept(Concept("D009369", "Neoplasms"))
+    kb.add_names([("boob cancer", "D001943")], DOMAIN)
+    axis = {"breast neoplasms": 0, "breast cancer": 1, "mammary cancer": 2, "boob cancer": 3, "neoplasms": 4}
+    vectors = np.eye(5, dtype=np.float32)[[axis[name] for name in kb.names()]]  # each name on its own axis
+    searcher = SieveSearcher(kb, TrigramEncoder(), top_k=2)
+    searcher.build(vectors=vectors)
+    # O-C: D001943 is the mean of its three ontology names' axes, (1, 1, 1, 0, 0) / sqrt(3); the query is one of
+    # them, so its cosine is 1 / sqrt(3); with the domain name too (OD-C) it is (1, 1, 1, 1, 0) / 2, cosine 1 / 2
     (match,) = searcher.search(["Mammary Cancer"], strategy="O-C")
-    assert match.stage == "O-C" and match.candidates[0][0] == "D001943"
-    vectors = searcher.encoder.encode(["breast neoplasms", "breast cancer", "mammary cancer"])
-    mean = vectors.mean(0) / np.linalg.norm(vectors.mean(0))
-    query = searcher.encoder.encode(["mammary cancer"])[0]
-    assert match.score == pytest.approx(float(mean @ query), abs=1e-3)  # the names' vectors are kept as float16
+    assert match.stage == "O-C" and match.candidates == [("D001943", pytest.approx(0.5773503, abs=1e-6)),
+                                                         ("D009369", pytest.approx(0.0, abs=1e-6))]  # fmt: skip
     assert match.names[0] == "Breast Neoplasms"  # -C stages report the canonical name
+    (match,) = searcher.search(["Mammary Cancer"], strategy="OD-C")
+    assert match.candidates[0] == ("D001943", pytest.approx(0.5, abs=1e-6))
 
 
 def test_shared_name_tie_break_is_deterministic():
@@ -95,6 +105,24 @@ def test_add_and_remove_names_take_effect_at_once(searcher, small_kb):
     assert match.stage == "OD-T" and "sugar disease" not in searcher.rows
 
 
+def test_a_removed_name_frees_its_row_for_the_next_name_and_gets_it_back_unencoded(searcher, small_kb):
+    rows = len(searcher.vectors)
+    searcher.add_names(small_kb.add_names([("sugar disease", "D003920")])[0], DOMAIN)
+    row = searcher.rows["sugar disease"]
+    assert row == rows and len(searcher.vectors) == rows + 1  # appended
+    searcher.remove_names(small_kb.remove_names([("sugar disease", "D003920")]), DOMAIN)
+    assert searcher.row_names[row] is None and searcher.row_name_ids[row] == -1
+    searcher.encoder.calls.clear()
+    searcher.add_names(small_kb.add_names([("sugar disease", "D003920")])[0], DOMAIN)
+    assert searcher.rows["sugar disease"] == row and searcher.encoder.calls == []  # its vector was kept
+    searcher.remove_names(small_kb.remove_names([("sugar disease", "D003920")]), DOMAIN)
+    searcher.add_names(small_kb.add_names([("honey disease", "D003920")])[0], DOMAIN)
+    assert searcher.rows["honey disease"] == row and len(searcher.vectors) == rows + 1  # the free row, no growth
+    assert searcher.name_rows[small_kb.key_id("honey disease")] == row
+    (match,) = searcher.search(["honey disease"])
+    assert match.stage == "D-T" and match.candidates[0] == ("D003920", pytest.approx(1.0, abs=1e-9))
+
+
 def test_round_trip_and_mismatch_detection(searcher, small_kb, tmp_path):
     searcher.to_disk(tmp_path / "s")
     loaded = SieveSearcher(small_kb, searcher.encoder, "D-T+OD-T", 0.95, 3).from_disk(tmp_path / "s")
@@ -111,6 +139,15 @@ def test_round_trip_and_mismatch_detection(searcher, small_kb, tmp_path):
     other_kb.add_concept(Concept("X", "Something else"))
     with pytest.raises(ConceptNormError, match="differ"):
         SieveSearcher(other_kb, searcher.encoder).from_disk(tmp_path / "s2")
+
+
+def test_a_searcher_saved_in_another_format_version_is_refused(searcher, small_kb, tmp_path):
+    searcher.to_disk(tmp_path / "s")
+    data = srsly.msgpack_loads((tmp_path / "s" / "searcher.msgpack").read_bytes())
+    data["version"] = 1
+    (tmp_path / "s" / "searcher.msgpack").write_bytes(srsly.msgpack_dumps(data))
+    with pytest.raises(ConceptNormError, match=r"E003.*searcher.msgpack.*spacy_conceptnorm.searcher/1"):
+        SieveSearcher(small_kb, searcher.encoder).from_disk(tmp_path / "s")
 
 
 def test_a_float16_row_scores_exactly_one_against_itself():
