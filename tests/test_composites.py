@@ -303,6 +303,9 @@ def test_from_disk_corrupt(nlp, tmp_path):
         nlp.get_pipe("composite_splitter").from_disk(tmp_path)
     with pytest.raises(ConceptNormError):
         nlp.get_pipe("composite_splitter").from_disk(tmp_path / "missing")
+    (tmp_path / "names.json").write_text('{"protected": [], "known_names": []}')  # no sha256
+    with pytest.raises(ConceptNormError, match=r"E503.*sha256"):
+        nlp.get_pipe("composite_splitter").from_disk(tmp_path)
 
 
 def test_a_directory_in_place_of_the_saved_names_is_named(tmp_path):

@@ -586,7 +586,7 @@ class CompositeSplitter(Pipe):
         except OSError as err:  # a directory or an unreadable file in its place
             raise ConceptNormError(Errors.E503.format(path=file, detail=err.strerror)) from None
         digest = data.pop("sha256", None) if isinstance(data, dict) else None
-        if digest is not None and digest != _digest(data):  # files saved before the checksum have none
+        if digest is None or digest != _digest(data):
             raise ConceptNormError(Errors.E503.format(path=file, detail="the content does not match its sha256"))
         self._set_state(data, str(file))
         return self

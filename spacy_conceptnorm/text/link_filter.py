@@ -88,10 +88,10 @@ class LinkFilter:
         write_json(path / CFG_FILE, self.settings())
 
     def from_disk(self, path: str | Path, *, exclude: Iterable[str] = ()) -> LinkFilter:
-        """Load the settings `to_disk` saved (a pipeline saved before they were has none: the config's stay)."""
+        """Load the settings `to_disk` saved."""
         file = ensure_path(path) / CFG_FILE
         if not file.exists():
-            return self
+            raise ConceptNormError(Errors.E412.format(path=file, detail="file not found"))
         try:
             data = srsly.read_json(file)
         except ValueError as e:
