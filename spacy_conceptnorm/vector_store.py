@@ -148,19 +148,6 @@ class VectorStore:
             self._file = None  # the loaded rows are in memory now
         return values
 
-    def as_float16(self) -> VectorStore:
-        """This store if it is float16, else a float16 copy in memory when every row keeps its cosine bound, else
-        this store (float32)."""
-        if self.dtype == np.float16:
-            return self
-        copy = VectorStore(self.dim)
-        copy.reserve(len(self))
-        for _, block in self.blocks():
-            copy.append(block)
-            if copy.dtype != np.float16:
-                return self
-        return copy
-
     def reserve(self, rows: int) -> None:
         """Make room for `rows` rows in all, so that appending up to there copies nothing."""
         spare = rows - len(self._base)
