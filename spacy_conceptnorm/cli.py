@@ -213,6 +213,36 @@ def evaluate(
     typer.echo(f"-> {report}")
 
 
+@app.command("evaluate-assertion")
+def evaluate_assertion(
+    model: str = typer.Argument(..., help="Pipeline directory or package (clinical_context is added if it has none)"),
+    data: Path = typer.Argument(..., help='JSONL, one span a line: {"text", "start", "end", "status"[, "concept_id"]}'),
+    output: Path = typer.Option(None, "--output", help="Also write the report here (JSON)"),
+) -> None:
+    """Assertion status on your annotated clinical text: per status precision/recall (on the annotated spans), and
+    how many of the spans the pipeline recognized and linked."""
+    from .clinical.evaluate import evaluate_assertions, read_annotated_spans
+    from .errors import ConceptNormError
+    from .pipeline_io import load
+    from .util import write_json
+
+    try:
+        report = evaluate_assertions(load(model), read_annotated_spans(data))
+    except ConceptNormError as e:
+        typer.echo(f"Error: {e}", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(f"{report['spans']} spans in {report['texts']} texts: accuracy {100 * report['accuracy']:.2f}")
+    for status, r in report["statuses"].items():
+        typer.echo(f"  {status:<12} n={r['support']:<5} P {100 * r['precision']:6.2f}  R {100 * r['recall']:6.2f}")
+    rec = report["recognition"]
+    right = f", linked right {rec['linked_right']} of {rec['with_concept_id']}" if rec["with_concept_id"] else ""
+    found = f"recognized {rec['recognized']} of {report['spans']} ({rec['exact']} exact), linked {rec['linked']}"
+    typer.echo(found + right)
+    if output:
+        write_json(output, report)
+        typer.echo(f"-> {output}")
+
+
 @app.command("calibrate")
 def calibrate(
     model: Path = typer.Argument(..., help="Saved pipeline directory"),
