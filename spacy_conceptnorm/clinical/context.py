@@ -9,8 +9,9 @@ entities, in this order:
 2. the sectionizer (`medspacy_sectionizer`, with a few common headings its rules lack: `EXTRA_SECTIONS`) finds
    the section headings ("FAMILY HISTORY:") and sets `ent._.section_category` on each entity; an entity under a
    family-history heading is `is_family`, under a past-medical-history heading `is_historical`;
-3. ConText (`medspacy_context`, its default rules) sets `ent._.is_negated`, `is_uncertain`, `is_historical`,
-   `is_family` and `is_hypothetical` from the cues around the entity in its sentence.
+3. ConText (`medspacy_context`, its default rules and a few more cues: `EXTRA_CUES`) sets `ent._.is_negated`,
+   `is_uncertain`, `is_historical`, `is_family` and `is_hypothetical` from the cues around the entity in its
+   sentence.
 
 The attributes are medspaCy's own, so code written for medspaCy reads them. `ent._.assertion` sums them up in
 one word (`assertion_status`), which `annotate` writes and the curation page shows. The component runs after
@@ -18,6 +19,8 @@ one word (`assertion_status`), which `annotate` writes and the curation page sho
 """
 
 from __future__ import annotations
+
+import warnings
 
 from spacy.language import Language
 from spacy.tokens import Doc, Span
@@ -44,6 +47,21 @@ EXTRA_SECTIONS = (
     ("ROS:", "review_of_systems"),
     ("Follow-up:", "patient_instructions"),
     ("Return Precautions:", "patient_instructions"),
+)
+# Cues that medspaCy's default ConText rules lack or read wrong, from the NegEx/ConText cue lists: "cannot
+# exclude X" is uncertain (the default reads "exclude" as negation), and "is negative for X" negates what follows
+# (the default's backward "is negative" wins the overlap). (literal, category, direction, pattern)
+EXTRA_CUES = (
+    ("cannot exclude", "POSSIBLE_EXISTENCE", "FORWARD", None),
+    ("cannot be excluded", "POSSIBLE_EXISTENCE", "BACKWARD", None),
+    ("cannot rule out", "POSSIBLE_EXISTENCE", "FORWARD", None),
+    ("concern for", "POSSIBLE_EXISTENCE", "FORWARD", None),
+    (
+        "is negative for",
+        "NEGATED_EXISTENCE",
+        "FORWARD",
+        [{"LOWER": {"IN": ["is", "was", "are", "were"]}}, {"LOWER": {"IN": ["negative", "neg"]}}, {"LOWER": "for"}],
+    ),
 )
 INSTALL = 'pip install "spacy-conceptnorm[assertion]" && pip install --no-deps medspacy==1.3.1 PyRuSH==1.0.13'
 
@@ -84,21 +102,25 @@ class ClinicalContext:
         """
         try:
             from loguru import logger
-            from medspacy.context import ConText
+            from medspacy.context import ConText, ConTextRule
             from medspacy.section_detection import Sectionizer, SectionRule
             from PyRuSH import PyRuSHSentencizer
         except ImportError as e:
             raise ConceptNormError(Errors.E620.format(component=name, error=e, install=INSTALL)) from None
         logger.disable("PyRuSH")  # it logs every sentence split at DEBUG level, to stderr by default
+        # medspaCy's matchers warn on every doc that their token matcher is empty when all rules are phrases
+        warnings.filterwarnings("ignore", message=r"\[W036\]", module=r"medspacy\.")
         self.name = name
         self.split_sentences = split_sentences
         self.sections = sections
         self.sentencizer = PyRuSHSentencizer(nlp, name=f"{name}.pyrush") if split_sentences else None
         self.sectionizer = None
         if sections:
-            self.sectionizer = Sectionizer(nlp, name=f"{name}.sectionizer")
+            # a heading starts a sentence (PyRuSH joins "2. GOUT\nFAMILY HISTORY: ..." for want of a full stop)
+            self.sectionizer = Sectionizer(nlp, name=f"{name}.sectionizer", apply_sentence_boundary=split_sentences)
             self.sectionizer.add([SectionRule(literal, category) for literal, category in EXTRA_SECTIONS])
         self.context = ConText(nlp, name=f"{name}.context")
+        self.context.add([ConTextRule(lit, cat, pattern=pat, direction=d) for lit, cat, d, pat in EXTRA_CUES])
 
     def __call__(self, doc: Doc) -> Doc:
         """Apply the component.

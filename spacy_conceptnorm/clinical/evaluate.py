@@ -93,10 +93,10 @@ def predict_statuses(nlp: Language, context: str, text: str, spans: list[Annotat
     """The status `clinical_context` gives each annotated span of one text, the spans made the doc's entities."""
     predicted = {}
     doc = nlp.make_doc(text)
-    token_spans = {doc.char_span(s.start, s.end, label="ENTITY", alignment_mode="expand"): s for s in spans}
+    token_spans = {doc.char_span(s.start, s.end, alignment_mode="expand"): s for s in spans}
     for group in _rounds(list(token_spans)):
         round_doc = nlp.make_doc(text)
-        round_doc.ents = [round_doc[s.start : s.end] for s in group]
+        round_doc.ents = [Span(round_doc, s.start, s.end, label="ENTITY") for s in group]
         nlp.get_pipe(context)(round_doc)
         for span, ent in zip(group, round_doc.ents, strict=True):
             predicted[token_spans[span]] = ent._.assertion
