@@ -323,18 +323,25 @@ def assemble(
     ctx: typer.Context,
     config: Path = typer.Argument(..., help="Pipeline config, e.g. configs/pipeline.cfg", exists=True, dir_okay=False),
     output: Path = typer.Argument(..., help="Pipeline directory to write; an existing one is replaced whole"),
+    clinical: bool = typer.Option(
+        None, "--clinical/--no-clinical", help="Add clinical_context last (default: where medspaCy is installed)"
+    ),
 ) -> None:
     """Assemble a pipeline from a config as `spacy assemble` does (sourced components, the initialize section),
     but write it beside OUTPUT and swap it in only once saved: a failed run leaves the previous pipeline intact.
-    Override config values as `spacy assemble` does: --paths.ner training/ner/model-best."""
+    Override config values as `spacy assemble` does: --paths.ner training/ner/model-best. The assertion status
+    (clinical_context, after linking) is added where the `assertion` extra and medspaCy are installed."""
     from spacy.cli._util import parse_config_overrides, show_validation_error
     from spacy.util import get_sourced_components, load_config, load_model_from_config
 
+    from .clinical.context import medspacy_available
     from .pipeline_io import save
 
     with show_validation_error(config, hint_fill=False):
         cfg = load_config(config, overrides=parse_config_overrides(ctx.args), interpolate=False)
         nlp = load_model_from_config(cfg, auto_fill=True)
+    if (medspacy_available() if clinical is None else clinical) and "clinical_context" not in nlp.pipe_names:
+        nlp.add_pipe("clinical_context")
     nlp._link_components()  # as spacy assemble: listeners are linked before initializing
     with nlp.select_pipes(disable=[*get_sourced_components(cfg.interpolate())]):
         nlp.initialize()

@@ -227,3 +227,13 @@ def test_missing_medspacy_is_a_clear_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "medspacy.context", None)  # import medspacy.context now raises ImportError
     with pytest.raises(ConceptNormError, match=r"E620.*pip install --no-deps medspacy==1\.3\.1"):
         ClinicalContext(spacy.blank("en"))
+
+
+def test_assemble_adds_clinical_context_where_medspacy_is_installed(tmp_path):
+    config = tmp_path / "pipeline.cfg"
+    config.write_text('[nlp]\nlang = "en"\npipeline = ["sentencizer"]\n\n[components]\n\n[components.sentencizer]\n'
+                      'factory = "sentencizer"\n')  # fmt: skip
+    for flags, expected in (([], ["sentencizer", "clinical_context"]), (["--no-clinical"], ["sentencizer"])):
+        result = CliRunner().invoke(app, ["assemble", str(config), str(tmp_path / "out"), *flags])
+        assert result.exit_code == 0, result.output
+        assert spacy.load(tmp_path / "out").pipe_names == expected
