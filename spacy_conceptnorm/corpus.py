@@ -203,6 +203,12 @@ def recognizers(nlp: Language) -> list[str]:
     return [name for name in nlp.pipe_names if "doc.ents" in nlp.get_pipe_meta(name).assigns]
 
 
+def assertion_pipes(nlp: Language) -> list[str]:
+    """The `clinical_context` components: they only read the linked entities (and split sentences at about 0.1 s
+    an abstract), so linking gold mentions turns them off too."""
+    return [name for name in nlp.pipe_names if nlp.get_pipe_meta(name).factory == "clinical_context"]
+
+
 def strip_links(docs: list[Doc]) -> list[Doc]:
     """Copies of the docs whose entities keep their offsets and labels but lose their gold ids."""
     out = []
