@@ -195,7 +195,7 @@ def test_annotate_writes_the_status(tmp_path, nlp):
     source = tmp_path / "in.jsonl"
     docs = [("n1", "Denies chest pain. Mother had breast cancer."), ("n2", "Return if fever recurs.")]
     source.write_text("".join(json.dumps({"id": i, "text": t}) + "\n" for i, t in docs), encoding="utf-8")
-    annotate(pipeline, source, tmp_path / "out.jsonl", progress=False)
+    annotate(pipeline, source, tmp_path / "out.jsonl", progress=False, n_process=2, batch_size=1)  # docs pickled
     records = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
     assert [[(e["text"], e["concept_id"], e["assertion"]) for e in r["entities"]] for r in records] == [
         [("chest pain", "D002637", "negated"), ("breast cancer", "D001943", "family")],

@@ -87,6 +87,20 @@ def medspacy_available() -> bool:
     return True
 
 
+def serializable(doc: Doc) -> None:
+    """Drop what medspaCy sets but cannot write and read back, so that the doc can be serialized (as docs from
+    `nlp.pipe(n_process=2)` and in a DocBin are): its ConText graph, which holds spans, and the text before the
+    first heading as a section without a rule, whose decoding fails. `ent._.modifiers` and the sections of the
+    headings stay; a token before the first heading has no section, and so a `section_category` of None, as
+    before."""
+    doc._.context_graph = None
+    if Doc.has_extension("sections") and any(section.rule is None for section in doc._.sections or []):
+        doc._.sections = [section for section in doc._.sections if section.rule is not None]
+        for token in doc:
+            if token._.section is not None and token._.section.rule is None:
+                token._.section = None
+
+
 class ClinicalContext:
     """Set medspaCy's assertion attributes and `ent._.assertion` on every entity (see the module docstring)."""
 
@@ -135,6 +149,7 @@ class ClinicalContext:
         if self.sectionizer is not None:
             doc = self.sectionizer(doc)
         doc = self.context(doc)
+        serializable(doc)
         for ent in doc.ents:
             ent._.assertion = assertion_status(ent)
         return doc
