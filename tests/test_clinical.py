@@ -7,6 +7,7 @@ import sys
 
 import pytest
 import spacy
+import srsly
 from spacy.language import Language
 from spacy.tokens import Span
 from typer.testing import CliRunner
@@ -237,3 +238,10 @@ def test_assemble_adds_clinical_context_where_medspacy_is_installed(tmp_path):
         result = CliRunner().invoke(app, ["assemble", str(config), str(tmp_path / "out"), *flags])
         assert result.exit_code == 0, result.output
         assert spacy.load(tmp_path / "out").pipe_names == expected
+
+
+def test_other_msgpack_files_read_back_with_medspacy_imported(nlp):
+    """medspaCy registers msgpack decoders process-wide that took any dict with a "modifier" key for a ConText
+    modifier (the lexical index's vocabulary has one): with clinical_context built they must read back as written."""
+    for data in ({"modifier": 3, "cough": 1}, {"section": 5}, {"modifiers": [1, 2], "context_graph": 0}):
+        assert srsly.msgpack_loads(srsly.msgpack_dumps(data)) == data

@@ -21,7 +21,9 @@ one word (`assertion_status`), which `annotate` writes and the curation page sho
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 
+import srsly
 from spacy.language import Language
 from spacy.tokens import Doc, Span
 
@@ -87,6 +89,30 @@ def medspacy_available() -> bool:
     return True
 
 
+MEDSPACY_DECODERS = ("modifiers", "modifier", "context_graph", "section")
+
+
+def strict_medspacy_decoders() -> None:
+    """Make medspaCy's msgpack decoders decode only what its encoders wrote. They are registered process-wide
+    with srsly and take any dict with a "modifier", "modifiers", "section" or "context_graph" key for one of
+    theirs: loading a pipeline whose files hold such a dict (the word "modifier" in the TF-IDF vocabulary of the
+    lexical index) fails once medspaCy is imported. Here a dict is theirs only if that key is its only key and
+    holds a dict or a list, as their encoders write it."""
+    for name, decoder in list(srsly.msgpack_decoders.get_all().items()):
+        if name in MEDSPACY_DECODERS and not getattr(decoder, "strict", False):
+            srsly.msgpack_decoders.register(name, func=_strict(name, decoder))
+
+
+def _strict(name: str, decoder: Callable) -> Callable:
+    def strict(obj: object, chain: Callable | None = None) -> object:
+        if isinstance(obj, dict) and len(obj) == 1 and isinstance(obj.get(name), (dict, list)):
+            return decoder(obj, chain=chain)
+        return obj if chain is None else chain(obj)
+
+    strict.strict = True
+    return strict
+
+
 def serializable(doc: Doc) -> None:
     """Drop what medspaCy sets but cannot write and read back, so that the doc can be serialized (as docs from
     `nlp.pipe(n_process=2)` and in a DocBin are): its ConText graph, which holds spans, and the text before the
@@ -121,6 +147,7 @@ class ClinicalContext:
             from PyRuSH import PyRuSHSentencizer
         except ImportError as e:
             raise ConceptNormError(Errors.E620.format(component=name, error=e, install=INSTALL)) from None
+        strict_medspacy_decoders()
         logger.disable("PyRuSH")  # it logs every sentence split at DEBUG level, to stderr by default
         # medspaCy's matchers warn on every doc that their token matcher is empty when all rules are phrases
         warnings.filterwarnings("ignore", message=r"\[W036\]", module=r"medspacy\.")
