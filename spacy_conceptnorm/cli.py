@@ -195,6 +195,36 @@ def evaluate(
     typer.echo(f"-> {report}")
 
 
+@app.command("evaluate-assertion")
+def evaluate_assertion(
+    model: str = typer.Argument(..., help="Pipeline directory or package (clinical_context is added if it has none)"),
+    data: Path = typer.Argument(..., help='JSONL, one span a line: {"text", "start", "end", "status"[, "concept_id"]}'),
+    output: Path = typer.Option(None, "--output", help="Also write the report here (JSON)"),
+) -> None:
+    """Assertion status on your annotated clinical text: per status precision/recall (on the annotated spans), and
+    how many of the spans the pipeline recognized and linked."""
+    from .clinical.evaluate import evaluate_assertions, read_annotated_spans
+    from .errors import ConceptNormError
+    from .pipeline_io import load
+    from .util import write_json
+
+    try:
+        report = evaluate_assertions(load(model), read_annotated_spans(data))
+    except ConceptNormError as e:
+        typer.echo(f"Error: {e}", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(f"{report['spans']} spans in {report['texts']} texts: accuracy {100 * report['accuracy']:.2f}")
+    for status, r in report["statuses"].items():
+        typer.echo(f"  {status:<12} n={r['support']:<5} P {100 * r['precision']:6.2f}  R {100 * r['recall']:6.2f}")
+    rec = report["recognition"]
+    right = f", linked right {rec['linked_right']} of {rec['with_concept_id']}" if rec["with_concept_id"] else ""
+    found = f"recognized {rec['recognized']} of {report['spans']} ({rec['exact']} exact), linked {rec['linked']}"
+    typer.echo(found + right)
+    if output:
+        write_json(output, report)
+        typer.echo(f"-> {output}")
+
+
 @app.command("calibrate")
 def calibrate(
     model: Path = typer.Argument(..., help="Saved pipeline directory"),
@@ -275,18 +305,25 @@ def assemble(
     ctx: typer.Context,
     config: Path = typer.Argument(..., help="Pipeline config, e.g. configs/pipeline.cfg", exists=True, dir_okay=False),
     output: Path = typer.Argument(..., help="Pipeline directory to write; an existing one is replaced whole"),
+    clinical: bool = typer.Option(
+        None, "--clinical/--no-clinical", help="Add clinical_context last (default: where medspaCy is installed)"
+    ),
 ) -> None:
     """Assemble a pipeline from a config as `spacy assemble` does (sourced components, the initialize section),
     but write it beside OUTPUT and swap it in only once saved: a failed run leaves the previous pipeline intact.
-    Override config values as `spacy assemble` does: --paths.ner training/ner/model-best."""
+    Override config values as `spacy assemble` does: --paths.ner training/ner/model-best. The assertion status
+    (clinical_context, after linking) is added where the `assertion` extra and medspaCy are installed."""
     from spacy.cli._util import parse_config_overrides, show_validation_error
     from spacy.util import get_sourced_components, load_config, load_model_from_config
 
+    from .clinical.context import medspacy_available
     from .pipeline_io import save
 
     with show_validation_error(config, hint_fill=False):
         cfg = load_config(config, overrides=parse_config_overrides(ctx.args), interpolate=False)
         nlp = load_model_from_config(cfg, auto_fill=True)
+    if (medspacy_available() if clinical is None else clinical) and "clinical_context" not in nlp.pipe_names:
+        nlp.add_pipe("clinical_context")
     nlp._link_components()  # as spacy assemble: listeners are linked before initializing
     with nlp.select_pipes(disable=[*get_sourced_components(cfg.interpolate())]):
         nlp.initialize()

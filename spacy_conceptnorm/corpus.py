@@ -101,10 +101,14 @@ def read_pubtator(path: str | Path) -> Iterator[pubtator.PubTator]:
 
 def pubtator_block(doc: pubtator.PubTator) -> str:
     """A document as a PubTator block: its title and abstract lines (line breaks and tabs written as spaces, so
-    offsets hold), a `PMID\\tstart\\tend\\ttext\\ttype\\tid` line per annotation, and a blank line. Unlike
-    bioc's writer, the abstract line is written even when empty and annotation lines end without a tab."""
+    offsets hold), a `PMID\\tstart\\tend\\ttext\\ttype\\tid` line per annotation (and its further columns, if
+    any), and a blank line. Unlike bioc's writer, the abstract line is written even when empty and annotation lines
+    end without a tab."""
     lines = [f"{doc.pmid}|t|{_one_line(doc.title)}", f"{doc.pmid}|a|{_one_line(doc.abstract or '')}"]
-    lines += [f"{doc.pmid}\t{a.start}\t{a.end}\t{_one_line(a.text)}\t{a.type}\t{a.id}" for a in doc.annotations]
+    lines += [
+        "\t".join(map(str, (doc.pmid, a.start, a.end, _one_line(a.text), a.type, a.id, *a.others)))
+        for a in doc.annotations
+    ]
     return "\n".join(lines) + "\n\n"
 
 
@@ -197,6 +201,12 @@ def recognizers(nlp: Language) -> list[str]:
     """The components that set or change `doc.ents` (their factory assigns it): `ner`, `dictionary_matcher`,
     `link_filter`, an `entity_ruler`... Linking gold mentions turns them off, so the gold entities stay as given."""
     return [name for name in nlp.pipe_names if "doc.ents" in nlp.get_pipe_meta(name).assigns]
+
+
+def assertion_pipes(nlp: Language) -> list[str]:
+    """The `clinical_context` components: they only read the linked entities (and split sentences at about 0.1 s
+    an abstract), so linking gold mentions turns them off too."""
+    return [name for name in nlp.pipe_names if nlp.get_pipe_meta(name).factory == "clinical_context"]
 
 
 def strip_links(docs: list[Doc]) -> list[Doc]:

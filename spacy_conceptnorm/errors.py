@@ -106,6 +106,14 @@ class Errors(metaclass=ErrorsWithCodes):
     E601 = "{path}: document {pmid}: annotation {start}-{end} {text!r} does not match the document text."
     E602 = "{path}: cannot parse PubTator ({detail})."
     E603 = "{path} holds no PubTator document: nothing to convert (is it the right file?)."
+    # clinical documents: assertion status (clinical_context) and its evaluation
+    E620 = "{component} needs medSpaCy's components, which could not be imported ({error}). Install them: {install}"
+    E621 = (
+        "{component} was set not to split sentences (split_sentences = false), but the doc has none: put a parser "
+        "or senter before it, or let it split them."
+    )
+    E622 = "{path}:{line}: not an assertion record ({detail})."
+    E623 = "{path} holds no assertion record: nothing to evaluate."
     # annotate command (E801 is a warning, or an error with --strict; E806 is a warning)
     E801 = "{path}:{line}: {problem}"
     E802 = "Unknown {what} format {fmt!r}; choose one of {choices}."

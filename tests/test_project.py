@@ -329,7 +329,7 @@ def test_assemble_sources_the_ner_and_packages_with_our_requirement(corpus, ner_
     from spacy.pipeline.tok2vec import Tok2VecListener
 
     output = tmp_path / "training" / "pipeline"
-    args = ["assemble", str(CONFIGS / "pipeline.cfg"), str(output), "--paths.ner", str(ner_dir)]
+    args = ["assemble", str(CONFIGS / "pipeline.cfg"), str(output), "--paths.ner", str(ner_dir), "--no-clinical"]
     args += ["--paths.kb", str(small_kb), "--paths.synonyms", str(corpus / "train.spacy")]
     args += ["--paths.train", str(corpus / "train.spacy")]
     result = runner.invoke(app, args)  # --paths.encoder unset: the packaged, untrained encoder

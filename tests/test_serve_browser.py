@@ -55,6 +55,9 @@ def server(tmp_path):
     """The curation app on a real port (uvicorn in a thread), as `serve` runs it."""
     pipeline = build_pipeline(tmp_path / "pipeline")
     out = write_annotations(pipeline, tmp_path)
+    records = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    records[0]["entities"][0]["assertion"] = "negated"  # as a pipeline ending with clinical_context writes it
+    out.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
     curation = load_curation(pipeline, out, nil_method="text")
     port = free_port()
     app = create_app(curation, token=TOKEN, allowed_hosts=["127.0.0.1", "localhost"])
@@ -92,6 +95,10 @@ def test_accept_add_synonym_and_see_the_relinked_mention(server, tmp_path):
             assert row(page, 6).locator(".context mark").text_content() == IMG_PAYLOAD
             assert row(page, 7).locator(".context mark").text_content() == SCRIPT_PAYLOAD
             assert page.locator("#mentions img, #mentions script").count() == 0
+
+            # the assertion status shows where the output has one
+            assert row(page, 0).locator(".badge.assertion").text_content() == "negated"
+            assert row(page, 1).locator(".badge.assertion").count() == 0
 
             # accept a link
             row(page, 0).locator("button[data-action='accept']").click()

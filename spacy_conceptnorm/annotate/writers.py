@@ -27,7 +27,9 @@ def _rounded(value: float | None) -> float | None:
 def entity_record(ent: Span, offset: int = 0) -> dict:
     """One entity of the JSONL output. `score` is the best candidate's score (of ent._.kb_ents); for a composite,
     the lowest of its parts' best scores; `confidence` is `ent._.kb_confidence`, the probability that the link is
-    right; `parts` gives each part (text, concept_id, score, confidence, name, stage)."""
+    right; `parts` gives each part (text, concept_id, score, confidence, name, stage); `assertion` is
+    `ent._.assertion` (negated, family, hypothetical, uncertain, historical or affirmed) where the pipeline ends
+    with `clinical_context`."""
     parts = ent._.kb_parts or []
     part_records = [
         {"text": p["text"], "concept_id": p["kb_id"], "score": _top_score(p["candidates"]),
@@ -48,6 +50,8 @@ def entity_record(ent: Span, offset: int = 0) -> dict:
     }
     if len(part_records) > 1:
         record["parts"] = part_records
+    if Span.has_extension("assertion") and ent._.assertion is not None:
+        record["assertion"] = ent._.assertion
     return record
 
 
@@ -58,13 +62,21 @@ def jsonl_record(doc_id: object, text: str, entities: list[dict], include_text: 
 
 def pubtator_record(doc_id: object, text: str, entities: list[dict], include_text: bool) -> str:
     """A PubTator block (`corpus.pubtator_block`); the text is always written (PubTator readers need it, and
-    resume reads the title line)."""
+    resume reads the title line). An entity's assertion status, where there is one, is a seventh column."""
     pmid = str(doc_id)
     title, _, abstract = text.partition("\n")
     doc = pubtator.PubTator(pmid, title, abstract)
     for e in entities:
         doc.add_annotation(
-            pubtator.PubTatorAnn(pmid, e["start"], e["end"], e["text"], e["label"], e["concept_id"] or "")
+            pubtator.PubTatorAnn(
+                pmid,
+                e["start"],
+                e["end"],
+                e["text"],
+                e["label"],
+                e["concept_id"] or "",
+                [e["assertion"]] if "assertion" in e else [],
+            )
         )
     return pubtator_block(doc)
 

@@ -302,6 +302,7 @@ class Curation:
             "end": m.end,
             "text": m.text,
             "label": m.label,
+            "assertion": m.assertion,
             "context": self._context(i),
             "link": {**vars(link), "concept_name": self.concept_name(link.concept_id), "nil": _is_nil(link.concept_id)},
             "relinked": self.keys[i] in self.relinked,

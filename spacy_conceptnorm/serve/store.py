@@ -39,6 +39,8 @@ class Mention:
     name (Optional[str]): The name that matched.
     stage (Optional[str]): The sieve stage that answered.
     parts (List[dict]): The parts of a composite (empty otherwise).
+    assertion (Optional[str]): Its assertion status (negated, family, ..., affirmed) where the pipeline ends with
+        `clinical_context`.
     """
 
     doc: int
@@ -52,6 +54,7 @@ class Mention:
     name: str | None = None
     stage: str | None = None
     parts: list[dict] = field(default_factory=list)
+    assertion: str | None = None
 
 
 @dataclass
@@ -71,11 +74,11 @@ def _mention(doc: int, entity: dict) -> Mention:
     start, end, text = entity["start"], entity["end"], entity["text"]
     if not (isinstance(start, int) and isinstance(end, int) and isinstance(text, str)):
         raise TypeError("start, end and text must be two integers and a string")
-    parts = entity.get("parts") or []
+    parts, assertion = entity.get("parts") or [], entity.get("assertion")
     return Mention(
         doc, start, end, text, str(entity.get("label") or ""), str(entity.get("concept_id") or "NIL"),
         _number(entity.get("score")), _number(entity.get("confidence")), entity.get("name"), entity.get("stage"),
-        [p for p in parts if isinstance(p, dict)],
+        [p for p in parts if isinstance(p, dict)], assertion if isinstance(assertion, str) else None,
     )  # fmt: skip
 
 

@@ -145,6 +145,8 @@ function renderRow(row) {
     el("div", { class: "meta" },
       el("span", { class: "doc" }, "doc ", el("code", {}, row.doc_id)),
       el("span", { class: "label" }, row.label),
+      row.assertion ? el("span", { class: `badge assertion assertion-${row.assertion}`,
+        title: "assertion status (clinical_context)" }, row.assertion) : null,
       el("span", { class: "badge status" }, row.status),
       row.relinked ? el("span", { class: "badge relinked-badge",
         title: `was ${row.original_concept_id} in the annotate output` }, "re-linked") : null),

@@ -1,0 +1,192 @@
+"""The assertion status of each entity: the `clinical_context` component, last in the pipeline.
+
+A clinical note names many conditions the patient does not have: "denies chest pain", "rule out MI", "mother had
+breast cancer", "return if fever develops". `clinical_context` runs medspaCy's own components over the linked
+entities, in this order:
+
+1. PyRuSH (`medspacy_pyrush`) splits the sentences with rules written for clinical layout (headings, numbered
+   lists, lines without a full stop), so that a cue's scope ends where its sentence does;
+2. the sectionizer (`medspacy_sectionizer`, with a few common headings its rules lack: `EXTRA_SECTIONS`) finds
+   the section headings ("FAMILY HISTORY:") and sets `ent._.section_category` on each entity; an entity under a
+   family-history heading is `is_family`, under a past-medical-history heading `is_historical`;
+3. ConText (`medspacy_context`, its default rules and a few more cues: `EXTRA_CUES`) sets `ent._.is_negated`,
+   `is_uncertain`, `is_historical`, `is_family` and `is_hypothetical` from the cues around the entity in its
+   sentence.
+
+The attributes are medspaCy's own, so code written for medspaCy reads them. `ent._.assertion` sums them up in
+one word (`assertion_status`), which `annotate` writes and the curation page shows. The component runs after
+`link_filter`: the sentence boundaries it sets cannot change what the recognizer found or the linker chose.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+
+import srsly
+from spacy.language import Language
+from spacy.tokens import Doc, Span
+
+from ..errors import ConceptNormError, Errors
+
+# One status per entity, the first flag set in this order: "no family history of X" is negated, "mother had X"
+# family even though past, "return if X" hypothetical rather than uncertain.
+FLAGS = (
+    ("negated", "is_negated"),
+    ("family", "is_family"),
+    ("hypothetical", "is_hypothetical"),
+    ("uncertain", "is_uncertain"),
+    ("historical", "is_historical"),
+)
+AFFIRMED = "affirmed"
+STATUSES = (*(status for status, _ in FLAGS), AFFIRMED)
+# Common headings that medspaCy's default section rules lack (they list "ASSESSMENT/PLAN:" but not "PLAN:"):
+# without them the section before runs on, and a plan under a family history would be read as family.
+EXTRA_SECTIONS = (
+    ("Plan:", "observation_and_plan"),
+    ("Disposition:", "observation_and_plan"),
+    ("Review of Systems:", "review_of_systems"),
+    ("ROS:", "review_of_systems"),
+    ("Follow-up:", "patient_instructions"),
+    ("Return Precautions:", "patient_instructions"),
+)
+# Cues that medspaCy's default ConText rules lack or read wrong, from the NegEx/ConText cue lists: "cannot
+# exclude X" is uncertain (the default reads "exclude" as negation), and "is negative for X" negates what follows
+# (the default's backward "is negative" wins the overlap). (literal, category, direction, pattern)
+EXTRA_CUES = (
+    ("cannot exclude", "POSSIBLE_EXISTENCE", "FORWARD", None),
+    ("cannot be excluded", "POSSIBLE_EXISTENCE", "BACKWARD", None),
+    ("cannot rule out", "POSSIBLE_EXISTENCE", "FORWARD", None),
+    ("concern for", "POSSIBLE_EXISTENCE", "FORWARD", None),
+    (
+        "is negative for",
+        "NEGATED_EXISTENCE",
+        "FORWARD",
+        [{"LOWER": {"IN": ["is", "was", "are", "were"]}}, {"LOWER": {"IN": ["negative", "neg"]}}, {"LOWER": "for"}],
+    ),
+)
+INSTALL = 'pip install "spacy-conceptnorm[assertion]" && pip install --no-deps medspacy==1.3.1 PyRuSH==1.0.13'
+
+if not Span.has_extension("assertion"):
+    Span.set_extension("assertion", default=None)
+
+
+def assertion_status(ent: Span) -> str:
+    """The entity's status in one word: the first of negated, family, hypothetical, uncertain, historical whose
+    medspaCy flag is set (`ent._.is_negated`, ...), else affirmed."""
+    for status, attr in FLAGS:
+        if Span.has_extension(attr) and ent._.get(attr):
+            return status
+    return AFFIRMED
+
+
+def medspacy_available() -> bool:
+    """Whether medspaCy's components can be imported (the `assertion` extra and medspaCy are installed)."""
+    try:
+        import medspacy  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+MEDSPACY_DECODERS = ("modifiers", "modifier", "context_graph", "section")
+
+
+def strict_medspacy_decoders() -> None:
+    """Make medspaCy's msgpack decoders decode only what its encoders wrote. They are registered process-wide
+    with srsly and take any dict with a "modifier", "modifiers", "section" or "context_graph" key for one of
+    theirs: loading a pipeline whose files hold such a dict (the word "modifier" in the TF-IDF vocabulary of the
+    lexical index) fails once medspaCy is imported. Here a dict is theirs only if that key is its only key and
+    holds a dict or a list, as their encoders write it."""
+    for name, decoder in list(srsly.msgpack_decoders.get_all().items()):
+        if name in MEDSPACY_DECODERS and not getattr(decoder, "strict", False):
+            srsly.msgpack_decoders.register(name, func=_strict(name, decoder))
+
+
+def _strict(name: str, decoder: Callable) -> Callable:
+    def strict(obj: object, chain: Callable | None = None) -> object:
+        if isinstance(obj, dict) and len(obj) == 1 and isinstance(obj.get(name), (dict, list)):
+            return decoder(obj, chain=chain)
+        return obj if chain is None else chain(obj)
+
+    strict.strict = True
+    return strict
+
+
+def serializable(doc: Doc) -> None:
+    """Drop what medspaCy sets but cannot write and read back, so that the doc can be serialized (as docs from
+    `nlp.pipe(n_process=2)` and in a DocBin are): its ConText graph, which holds spans, and the text before the
+    first heading as a section without a rule, whose decoding fails. `ent._.modifiers` and the sections of the
+    headings stay; a token before the first heading has no section, and so a `section_category` of None, as
+    before."""
+    doc._.context_graph = None
+    if Doc.has_extension("sections") and any(section.rule is None for section in doc._.sections or []):
+        doc._.sections = [section for section in doc._.sections if section.rule is not None]
+        for token in doc:
+            if token._.section is not None and token._.section.rule is None:
+                token._.section = None
+
+
+class ClinicalContext:
+    """Set medspaCy's assertion attributes and `ent._.assertion` on every entity (see the module docstring)."""
+
+    def __init__(self, nlp: Language, name: str = "clinical_context", *, split_sentences: bool = True,
+                 sections: bool = True) -> None:  # fmt: skip
+        """Initialize the component.
+
+        nlp (Language): The pipeline.
+        name (str): The component's name.
+        split_sentences (bool): Split the sentences with PyRuSH (False: keep those a parser or senter earlier in
+            the pipeline set; ConText needs sentence boundaries either way).
+        sections (bool): Detect the sections and apply their attributes (`ent._.section_category`).
+        """
+        try:
+            from loguru import logger
+            from medspacy.context import ConText, ConTextRule
+            from medspacy.section_detection import Sectionizer, SectionRule
+            from PyRuSH import PyRuSHSentencizer
+        except ImportError as e:
+            raise ConceptNormError(Errors.E620.format(component=name, error=e, install=INSTALL)) from None
+        strict_medspacy_decoders()
+        logger.disable("PyRuSH")  # it logs every sentence split at DEBUG level, to stderr by default
+        # medspaCy's matchers warn on every doc that their token matcher is empty when all rules are phrases
+        warnings.filterwarnings("ignore", message=r"\[W036\]", module=r"medspacy\.")
+        self.name = name
+        self.split_sentences = split_sentences
+        self.sections = sections
+        self.sentencizer = PyRuSHSentencizer(nlp, name=f"{name}.pyrush") if split_sentences else None
+        self.sectionizer = None
+        if sections:
+            # a heading starts a sentence (PyRuSH joins "2. GOUT\nFAMILY HISTORY: ..." for want of a full stop)
+            self.sectionizer = Sectionizer(nlp, name=f"{name}.sectionizer", apply_sentence_boundary=split_sentences)
+            self.sectionizer.add([SectionRule(literal, category) for literal, category in EXTRA_SECTIONS])
+        self.context = ConText(nlp, name=f"{name}.context")
+        self.context.add([ConTextRule(lit, cat, pattern=pat, direction=d) for lit, cat, d, pat in EXTRA_CUES])
+
+    def __call__(self, doc: Doc) -> Doc:
+        """Apply the component.
+
+        doc (Doc): The document, its entities linked.
+        RETURNS (Doc): The same doc, with sentence boundaries (split_sentences) and the assertion attributes set.
+        """
+        if self.sentencizer is not None:
+            doc = self.sentencizer(doc)
+        elif not doc.has_annotation("SENT_START"):
+            raise ConceptNormError(Errors.E621.format(component=self.name))
+        if self.sectionizer is not None:
+            doc = self.sectionizer(doc)
+        doc = self.context(doc)
+        serializable(doc)
+        for ent in doc.ents:
+            ent._.assertion = assertion_status(ent)
+        return doc
+
+
+@Language.factory(
+    "clinical_context",
+    default_config={"split_sentences": True, "sections": True},
+    assigns=["token.is_sent_start", "span._.assertion", "span._.is_negated", "span._.section_category"],
+)
+def make_clinical_context(nlp: Language, name: str, split_sentences: bool, sections: bool) -> ClinicalContext:
+    """Create a `clinical_context` component (the `assertion` extra and medspaCy are needed)."""
+    return ClinicalContext(nlp, name, split_sentences=split_sentences, sections=sections)

@@ -1,0 +1,247 @@
+"""Clinical documents: the assertion status (`clinical_context`: medspaCy's PyRuSH, sectionizer and ConText), its
+way into `annotate`'s outputs, and the `evaluate-assertion` command. The sentences and their statuses are written
+by hand (tests/fixtures/clinical), a small entity_ruler stands in for the recognizer."""
+
+import json
+import sys
+
+import pytest
+import spacy
+import srsly
+from spacy.language import Language
+from spacy.tokens import Span
+from typer.testing import CliRunner
+
+from spacy_conceptnorm.annotate import annotate
+from spacy_conceptnorm.cli import app
+from spacy_conceptnorm.clinical.context import ClinicalContext
+from spacy_conceptnorm.clinical.evaluate import evaluate_assertions, predict_statuses, read_annotated_spans
+from spacy_conceptnorm.errors import ConceptNormError
+
+from .conftest import FIXTURES
+
+pytest.importorskip("medspacy", reason="medspaCy is not installed (see .ci/run: the assertion extra and --no-deps)")
+
+ASSERTIONS = FIXTURES / "clinical" / "assertions.jsonl"
+TERMS = {"chest pain": "D002637", "fever": "D005334", "cough": "D003371", "breast cancer": "D001943",
+         "pneumonia": "D011014", "migraine": "D008881", "headache": "D006261", "gout": "D006073",
+         "asthma": "D001249", "diabetes": "D003920", "anemia": "D000740", "sepsis": "D018805"}  # fmt: skip
+NOTE = (
+    "HISTORY OF PRESENT ILLNESS: **NAME[AAA] denies chest pain but reports cough. Sepsis was ruled out.\n"
+    "No headache. Migraine since May.\n"
+    "PAST MEDICAL HISTORY:\n"
+    "1. Asthma\n"
+    "2. GOUT\n"
+    "FAMILY HISTORY: Mother had breast cancer.\n"
+    "PLAN: Screen for anemia. Return if pneumonia symptoms recur."
+)
+
+
+@Language.component("test_clinical_link")
+def link(doc):
+    """Link each entity to its TERMS id: a stand-in for concept_normalizer."""
+    doc.ents = [Span(doc, e.start, e.end, e.label_, kb_id=TERMS.get(e.text.lower(), "NIL")) for e in doc.ents]
+    return doc
+
+
+def ruler_pipeline(terms=TERMS, context: bool = True) -> Language:
+    nlp = spacy.blank("en")
+    ruler = nlp.add_pipe("entity_ruler", config={"phrase_matcher_attr": "LOWER"})
+    ruler.add_patterns([{"label": "Disease", "pattern": t} for t in terms])
+    nlp.add_pipe("test_clinical_link")
+    if context:
+        nlp.add_pipe("clinical_context")
+    return nlp
+
+
+@pytest.fixture(scope="module")
+def nlp() -> Language:
+    return ruler_pipeline()
+
+
+def statuses(doc) -> dict[str, str]:
+    return {ent.text: ent._.assertion for ent in doc.ents}
+
+
+def test_note_statuses_scope_and_sections(nlp):
+    doc = nlp(NOTE)
+    assert statuses(doc) == {
+        "chest pain": "negated",  # the cue before the entity
+        "cough": "affirmed",  # ... its scope ends at "but"
+        "Sepsis": "negated",  # the cue after the entity
+        "headache": "negated",
+        "Migraine": "affirmed",  # "No" ends with its sentence
+        "Asthma": "historical",  # list items under a past-medical-history heading
+        "GOUT": "historical",
+        "breast cancer": "family",
+        "anemia": "affirmed",  # PLAN: a new section, not family history any more
+        "pneumonia": "hypothetical",  # "return if"
+    }
+    ents = {ent.text: ent for ent in doc.ents}
+    # medspaCy's own attributes, as code written for medspaCy reads them
+    assert ents["chest pain"]._.is_negated and not ents["cough"]._.is_negated
+    assert ents["breast cancer"]._.is_family and ents["breast cancer"]._.section_category == "family_history"
+    assert ents["pneumonia"]._.is_hypothetical and ents["pneumonia"]._.section_category == "observation_and_plan"
+    assert ents["Asthma"]._.is_historical and ents["chest pain"]._.section_category == "history_of_present_illness"
+    # the layout splits the sentences: headings and list items stand alone, the placeholder does not split one
+    sents = [s.text.strip() for s in doc.sents if s.text.strip()]
+    assert sents == [
+        "HISTORY OF PRESENT ILLNESS:", "**NAME[AAA] denies chest pain but reports cough.", "Sepsis was ruled out.",
+        "No headache.", "Migraine since May.", "PAST MEDICAL HISTORY:", "1. Asthma", "2. GOUT", "FAMILY HISTORY:",
+        "Mother had breast cancer.", "PLAN:", "Screen for anemia.", "Return if pneumonia symptoms recur.",
+    ]  # fmt: skip
+
+
+def test_entities_and_links_are_left_as_they_were(nlp):
+    without = ruler_pipeline(context=False)(NOTE)
+    doc = nlp(NOTE)
+    assert [(e.start_char, e.end_char, e.label_, e.kb_id_) for e in doc.ents] == [
+        (e.start_char, e.end_char, e.label_, e.kb_id_) for e in without.ents
+    ]
+
+
+def test_hand_written_sentences(nlp):
+    """Every span of the fixture gets the status written for it (the annotated spans made the entities)."""
+    spans = read_annotated_spans(ASSERTIONS)
+    by_text = {}
+    for s in spans:
+        by_text.setdefault(s.text, []).append(s)
+    wrong = [
+        (s.text[s.start : s.end], s.status, p)
+        for text, group in by_text.items()
+        for s, p in zip(group, predict_statuses(nlp, "clinical_context", text, group), strict=True)
+        if p != s.status
+    ]
+    assert len(spans) == 46 and wrong == []
+
+
+def _spans(records, path):
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    return read_annotated_spans(path)
+
+
+def test_overlapping_spans_are_scored_apart(nlp, tmp_path):
+    text = "Denies chest pain."
+    spans = [
+        {"text": text, "start": 7, "end": 17, "status": "negated"},
+        {"text": text, "start": 13, "end": 17, "status": "negated"},  # "pain" inside "chest pain"
+    ]
+    result = evaluate_assertions(nlp, _spans(spans, tmp_path / "spans.jsonl"))
+    assert result["accuracy"] == 1.0 and result["statuses"]["negated"]["support"] == 2
+
+
+def test_evaluate_counts_by_hand(tmp_path):
+    """Five spans: one status "wrong" (annotated uncertain, with no cue in the text), three recognized by the
+    ruler (one of them only in part), all three linked, one of them right."""
+    records = [
+        {"text": "Denies chest pain.", "start": 7, "end": 17, "status": "negated", "concept_id": "D002637"},
+        {"text": "Mother had breast cancer.", "start": 11, "end": 24, "status": "family", "concept_id": "D000001"},
+        {"text": "Has chronic cough.", "start": 4, "end": 17, "status": "uncertain"},
+        {"text": "Mild asthma.", "start": 5, "end": 11, "status": "affirmed"},
+        {"text": "No pulmonary embolism.", "start": 3, "end": 21, "status": "negated"},
+    ]
+    nlp = ruler_pipeline(terms=["chest pain", "breast cancer", "cough"])
+    result = evaluate_assertions(nlp, _spans(records, tmp_path / "spans.jsonl"))
+    assert result["spans"] == 5 and result["accuracy"] == 4 / 5
+    assert result["confusion"]["uncertain"] == {"affirmed": 1}
+    negated, affirmed, uncertain = (result["statuses"][k] for k in ("negated", "affirmed", "uncertain"))
+    assert (negated["support"], negated["precision"], negated["recall"]) == (2, 1.0, 1.0)
+    assert (affirmed["support"], affirmed["predicted"], affirmed["precision"], affirmed["recall"]) == (1, 2, 0.5, 1.0)
+    assert (uncertain["precision"], uncertain["recall"], uncertain["f1"]) == (0.0, 0.0, 0.0)
+    assert result["recognition"] == {
+        "recognized": 3,  # chest pain, breast cancer, "cough" inside "chronic cough"
+        "exact": 2,
+        "linked": 3,  # the stand-in linker links every entity the ruler found (cough too: D003371)
+        "with_concept_id": 2,
+        "linked_right": 1,  # chest pain; breast cancer's annotated id is another
+    }
+
+
+def test_evaluate_assertion_cli(tmp_path, nlp):
+    pipeline = tmp_path / "pipeline"
+    ruler_pipeline(context=False).to_disk(pipeline)  # clinical_context is added by the command
+    report = tmp_path / "report.json"
+    result = CliRunner().invoke(app, ["evaluate-assertion", str(pipeline), str(ASSERTIONS), "--output", str(report)])
+    assert result.exit_code == 0, result.output
+    assert "46 spans in 30 texts: accuracy 100.00" in result.output
+    written = json.loads(report.read_text())
+    assert written["statuses"]["negated"]["support"] == 16 and written["statuses"]["family"]["support"] == 5
+    # the annotated spans whose text is one of TERMS: fever 4, chest pain 3, pneumonia 3, gout 2, cough 2,
+    # breast cancer, diabetes, asthma, headache, migraine, anemia, sepsis
+    assert written["recognition"]["exact"] == 21
+
+
+def test_bad_assertion_records_name_the_line(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_text(
+        json.dumps({"text": "No fever.", "start": 3, "end": 8, "status": "negated"})
+        + "\n"
+        + json.dumps({"text": "No fever.", "start": 3, "end": 8, "status": "absent"})
+        + "\n",
+        encoding="utf-8",
+    )
+    with pytest.raises(ConceptNormError, match=r"E622.*bad.jsonl:2: .*'absent'"):
+        read_annotated_spans(path)
+    path.write_text(json.dumps({"text": "No fever.", "start": 3, "end": 12, "status": "negated"}) + "\n")
+    with pytest.raises(ConceptNormError, match=r"E622.*:1: .*not a span of the 9-character text"):
+        read_annotated_spans(path)
+    path.write_text("\n")
+    with pytest.raises(ConceptNormError, match="E623"):
+        read_annotated_spans(path)
+
+
+def test_annotate_writes_the_status(tmp_path, nlp):
+    pipeline = tmp_path / "pipeline"
+    nlp.to_disk(pipeline)
+    source = tmp_path / "in.jsonl"
+    docs = [("n1", "Denies chest pain. Mother had breast cancer."), ("n2", "Return if fever recurs.")]
+    source.write_text("".join(json.dumps({"id": i, "text": t}) + "\n" for i, t in docs), encoding="utf-8")
+    annotate(pipeline, source, tmp_path / "out.jsonl", progress=False, n_process=2, batch_size=1)  # docs pickled
+    records = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert [[(e["text"], e["concept_id"], e["assertion"]) for e in r["entities"]] for r in records] == [
+        [("chest pain", "D002637", "negated"), ("breast cancer", "D001943", "family")],
+        [("fever", "D005334", "hypothetical")],
+    ]
+    annotate(pipeline, source, tmp_path / "out.pubtator", progress=False)
+    lines = [line.split("\t") for line in (tmp_path / "out.pubtator").read_text().splitlines() if "\t" in line]
+    assert lines == [
+        ["n1", "7", "17", "chest pain", "Disease", "D002637", "negated"],
+        ["n1", "30", "43", "breast cancer", "Disease", "D001943", "family"],
+        ["n2", "10", "15", "fever", "Disease", "D005334", "hypothetical"],
+    ]
+
+
+def test_needs_sentences_when_not_splitting():
+    nlp = spacy.blank("en")
+    context = ClinicalContext(nlp, split_sentences=False)
+    with pytest.raises(ConceptNormError, match="E621"):
+        context(nlp("No fever."))
+    nlp.add_pipe("sentencizer")
+    nlp.add_pipe("clinical_context", config={"split_sentences": False})
+    doc = nlp.make_doc("No fever. Has cough.")
+    doc.ents = [doc.char_span(3, 8, label="Disease"), doc.char_span(14, 19, label="Disease")]
+    doc = nlp.get_pipe("clinical_context")(nlp.get_pipe("sentencizer")(doc))
+    assert statuses(doc) == {"fever": "negated", "cough": "affirmed"}
+
+
+def test_missing_medspacy_is_a_clear_error(monkeypatch):
+    monkeypatch.setitem(sys.modules, "medspacy.context", None)  # import medspacy.context now raises ImportError
+    with pytest.raises(ConceptNormError, match=r"E620.*pip install --no-deps medspacy==1\.3\.1"):
+        ClinicalContext(spacy.blank("en"))
+
+
+def test_assemble_adds_clinical_context_where_medspacy_is_installed(tmp_path):
+    config = tmp_path / "pipeline.cfg"
+    config.write_text('[nlp]\nlang = "en"\npipeline = ["sentencizer"]\n\n[components]\n\n[components.sentencizer]\n'
+                      'factory = "sentencizer"\n')  # fmt: skip
+    for flags, expected in (([], ["sentencizer", "clinical_context"]), (["--no-clinical"], ["sentencizer"])):
+        result = CliRunner().invoke(app, ["assemble", str(config), str(tmp_path / "out"), *flags])
+        assert result.exit_code == 0, result.output
+        assert spacy.load(tmp_path / "out").pipe_names == expected
+
+
+def test_other_msgpack_files_read_back_with_medspacy_imported(nlp):
+    """medspaCy registers msgpack decoders process-wide that took any dict with a "modifier" key for a ConText
+    modifier (the lexical index's vocabulary has one): with clinical_context built they must read back as written."""
+    for data in ({"modifier": 3, "cough": 1}, {"section": 5}, {"modifiers": [1, 2], "context_graph": 0}):
+        assert srsly.msgpack_loads(srsly.msgpack_dumps(data)) == data
