@@ -1,6 +1,7 @@
 """The recognizer's helpers: boundary-error categories, the dictionary_matcher and the link_filter components."""
 
 import itertools
+import zlib
 
 import numpy as np
 import pytest
@@ -228,7 +229,14 @@ def test_dictionary_patterns_that_do_not_fit_the_names_are_refused(nlp, tmp_path
     nlp.to_disk(tmp_path / "p")
     patterns = tmp_path / "p" / "dictionary_matcher" / "patterns.msgpack"
     data = srsly.msgpack_loads(patterns.read_bytes())
-    patterns.write_bytes(srsly.msgpack_dumps({**data, "lengths": data["lengths"][:4]}))  # one name's pattern
+    flipped = bytes([data["hashes"][0] ^ 1]) + data["hashes"][1:]
+    patterns.write_bytes(srsly.msgpack_dumps({**data, "hashes": flipped}))
+    with pytest.raises(ConceptNormError, match=r"E411.*patterns\.msgpack.*checksum does not match"):
+        spacy.load(tmp_path / "p")
+    lengths = data["lengths"][:4]  # one name's pattern
+    patterns.write_bytes(
+        srsly.msgpack_dumps({**data, "lengths": lengths, "crc32": zlib.crc32(lengths, zlib.crc32(data["hashes"]))})
+    )
     with pytest.raises(ConceptNormError, match=r"E411.*patterns\.msgpack.*2 names, 1 patterns"):
         spacy.load(tmp_path / "p")
     patterns.write_bytes(b"\x93\x01")  # truncated
