@@ -133,11 +133,11 @@ def machine() -> str:
     return f"{name}, {os.cpu_count()} CPUs, {bf16}"
 
 
-def measure(args: dict) -> dict:
-    """One fresh process's figures (see CHILD)."""
+def fresh_process(code: str, args: dict) -> dict:
+    """The JSON that `code` prints last, run in a fresh Python process with `args` (JSON) as its argument."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     run = subprocess.run(
-        [sys.executable, "-c", CHILD, json.dumps(args)], env=env, capture_output=True, text=True, timeout=900
+        [sys.executable, "-c", code, json.dumps(args)], env=env, capture_output=True, text=True, timeout=900
     )
     if run.returncode != 0:
         sys.exit(f"the measuring process failed ({run.returncode}):\n{run.stderr[-3000:]}")
@@ -187,7 +187,7 @@ def main(
     results: dict[str, list[dict]] = {label: [] for label in setups}
     for _ in range(runs):  # the setups take turns, so that a change in the machine's load falls on all
         for label, args in setups.items():
-            results[label].append(measure(args))
+            results[label].append(fresh_process(CHILD, args))
 
     def median(label: str, key: str) -> float:
         return statistics.median(run[key] for run in results[label])
