@@ -59,6 +59,7 @@ def test_speed_prints_the_split_end_to_end_and_the_ratio_last(saved):
     assert re.fullmatch(r"pipeline: [\d,]+ mentions/s; TF-IDF .*: [\d,]+ mentions/s", lines[-2])
 
 
+@pytest.mark.slow  # 4 fresh processes, each importing every installed spaCy entry point (spacy-transformers: seconds)
 def test_weight_prints_the_floor_each_component_and_above_floor_last(saved):
     result = CliRunner().invoke(weight.app, [str(saved), "--runs", "1"])
     assert result.exit_code == 0, result.output
