@@ -1,33 +1,46 @@
-"""spacy_conceptnorm: link biomedical and clinical entities in spaCy to ontology concepts."""
+"""spacy_conceptnorm: link biomedical and clinical entities in spaCy to ontology concepts.
 
-# ruff: noqa: E402 (the wait policy is set before the imports below load torch)
+The public names below are imported from their modules when first read, so that importing the package (or one of
+its modules, which imports the package first) loads nothing it does not use; spaCy finds the components through
+the package's entry points (setup.cfg), which import the modules that register them.
+"""
+
+from importlib import import_module
+
 from .threads import passive_openmp_by_default
 
 passive_openmp_by_default()  # before anything loads torch: see spacy_conceptnorm.threads
 
-from .about import __version__
-from .component import ConceptNormalizer, make_concept_normalizer
-from .encoder import NameEncoder
-from .index import VectorIndex
-from .kb import Concept, KnowledgeBase, load_kb
-from .pipeline_io import load, save
-from .search import ALL_STRATEGIES, Match, SieveSearcher, parse_strategy
-from .text.normalize import TextNormalizer
+from .about import __version__ as __version__  # noqa: E402
 
-__all__ = [
-    "ALL_STRATEGIES",
-    "Concept",
-    "ConceptNormalizer",
-    "KnowledgeBase",
-    "Match",
-    "NameEncoder",
-    "SieveSearcher",
-    "TextNormalizer",
-    "VectorIndex",
-    "__version__",
-    "load",
-    "load_kb",
-    "make_concept_normalizer",
-    "parse_strategy",
-    "save",
-]
+_MODULES = {
+    "ALL_STRATEGIES": "search",
+    "Concept": "kb",
+    "ConceptNormalizer": "component",
+    "KnowledgeBase": "kb",
+    "Match": "search",
+    "NameEncoder": "encoder",
+    "SieveSearcher": "search",
+    "TextNormalizer": "text.normalize",
+    "VectorIndex": "index",
+    "load": "pipeline_io",
+    "load_kb": "kb",
+    "make_concept_normalizer": "component",
+    "parse_strategy": "search",
+    "save": "pipeline_io",
+}
+
+__all__ = [*_MODULES, "__version__"]
+
+
+def __getattr__(name: str):
+    """A public name, imported from its module on first use (then kept in the package's namespace)."""
+    if name not in _MODULES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(f".{_MODULES[name]}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_MODULES})

@@ -163,3 +163,48 @@ def test_cache_size_bounds_the_cache(saved):
         normalizer.cache_size = -1
     with pytest.raises(ConceptNormError, match="E304.*cache_size"):
         spacy.load(saved, config={"components": {"concept_normalizer": {"cache_size": -1}}})
+
+
+# --- what importing costs ----------------------------------------------------------------------------------------
+def fresh(code: str) -> list[str]:
+    """The lines a fresh interpreter prints running `code` (this checkout's package first on its path)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    return run.stdout.split()
+
+
+HEAVY = ("spacy", "torch", "transformers", "faiss", "sklearn", "matplotlib", "ray", "scipy")
+
+
+def test_importing_the_package_loads_nothing_heavy_until_a_name_is_read():
+    found = fresh(
+        "import sys, spacy_conceptnorm as p\n"
+        f"print(*[m for m in {HEAVY!r} if m in sys.modules] or ['none'])\n"
+        "print(p.ConceptNormalizer.__module__, p.load.__module__, 'load_kb' in dir(p))"
+    )
+    assert found == ["none", "spacy_conceptnorm.component", "spacy_conceptnorm.pipeline_io", "True"]
+
+
+def test_spacys_registry_finds_every_component_and_their_modules_import_no_training_library():
+    found = fresh(
+        "import sys, spacy\n"
+        "from spacy.util import registry\n"
+        "import spacy_conceptnorm.component, spacy_conceptnorm.text.dictionary, spacy_conceptnorm.text.link_filter\n"
+        "import spacy_conceptnorm.text.abbreviations, spacy_conceptnorm.text.composites\n"
+        "print(*[m for m in ('transformers', 'sklearn', 'matplotlib', 'ray') if m in sys.modules] or ['none'])\n"
+        "nlp = spacy.blank('en')\n"
+        "for name in ('abbreviation_resolver', 'composite_splitter', 'concept_normalizer', 'dictionary_matcher',"
+        " 'link_filter'):\n"
+        "    print(type(nlp.add_pipe(name)).__module__)\n"
+        "print(registry.misc.get('spacy_conceptnorm.NameEncoder.v1').__name__)"
+    )
+    assert found == [
+        "none", "spacy_conceptnorm.text.abbreviations", "spacy_conceptnorm.text.composites",
+        "spacy_conceptnorm.component", "spacy_conceptnorm.text.dictionary", "spacy_conceptnorm.text.link_filter",
+        "NameEncoder",
+    ]  # fmt: skip

@@ -1,10 +1,12 @@
 """The recognizer's helpers: boundary-error categories, the dictionary_matcher and the link_filter components."""
 
 import itertools
+import zlib
 
 import numpy as np
 import pytest
 import spacy
+import srsly
 from spacy.tokens import Doc, Span
 from spacy.training import Example
 from transformers import AutoConfig
@@ -207,6 +209,40 @@ def test_dictionary_bad_settings_and_files(nlp, tmp_path):
     (tmp_path / "names.json").write_text("[1, 2]")
     with pytest.raises(ConceptNormError, match=r"E411.*names\.json"):
         DictionaryMatcher(nlp.vocab).from_disk(tmp_path)
+
+
+def test_dictionary_patterns_load_without_the_tokenizer_and_match_alike(nlp, tmp_path, monkeypatch):
+    names = ["anemia", "liver disease", "Non-Hodgkin's lymphoma", "ataxia - telangiectasia"]
+    make_matcher(nlp, names)
+    nlp.to_disk(tmp_path / "p")
+    text = "NON-HODGKIN'S LYMPHOMA , liver disease and ataxia - telangiectasia ; anemia"
+    expected = ["NON-HODGKIN'S LYMPHOMA", "liver disease", "ataxia - telangiectasia", "anemia"]
+    with monkeypatch.context() as patched:  # the saved patterns are matched as they are: nothing is tokenized
+        patched.setattr(DictionaryMatcher, "vocab_tokenizer", lambda self: pytest.fail("names tokenized at load"))
+        loaded = spacy.load(tmp_path / "p")
+    assert [e.text for e in loaded(text).ents] == expected
+    (tmp_path / "p" / "dictionary_matcher" / "patterns.msgpack").unlink()  # saved before patterns were
+    assert [e.text for e in spacy.load(tmp_path / "p")(text).ents] == expected
+
+
+def test_dictionary_patterns_that_do_not_fit_the_names_are_refused(nlp, tmp_path):
+    make_matcher(nlp, ["anemia", "liver disease"])
+    nlp.to_disk(tmp_path / "p")
+    patterns = tmp_path / "p" / "dictionary_matcher" / "patterns.msgpack"
+    data = srsly.msgpack_loads(patterns.read_bytes())
+    flipped = bytes([data["hashes"][0] ^ 1]) + data["hashes"][1:]
+    patterns.write_bytes(srsly.msgpack_dumps({**data, "hashes": flipped}))
+    with pytest.raises(ConceptNormError, match=r"E411.*patterns\.msgpack.*checksum does not match"):
+        spacy.load(tmp_path / "p")
+    lengths = data["lengths"][:4]  # one name's pattern
+    patterns.write_bytes(
+        srsly.msgpack_dumps({**data, "lengths": lengths, "crc32": zlib.crc32(lengths, zlib.crc32(data["hashes"]))})
+    )
+    with pytest.raises(ConceptNormError, match=r"E411.*patterns\.msgpack.*2 names, 1 patterns"):
+        spacy.load(tmp_path / "p")
+    patterns.write_bytes(b"\x93\x01")  # truncated
+    with pytest.raises(ConceptNormError, match=r"E411.*patterns\.msgpack"):
+        spacy.load(tmp_path / "p")
 
 
 def test_link_filter_drops_unconfident_and_nil(nlp):

@@ -1,13 +1,18 @@
-"""Encoding a knowledge base's names with each runtime of the encoder, and how close the vectors are.
+"""Encoding speed of the encoder's runtimes and precisions, and how close their vectors are to torch fp32's.
 
     python -m spacy_conceptnorm.benchmarks.encode --kb ../shared/data/medic/medic_06Jul2012.txt [--repeats 2]
+    python -m spacy_conceptnorm.benchmarks.encode --mentions ../shared/data/ncbi-disease/NCBIdevelopset_corpus.txt \
+        --variants fp32,bf16,int8 --repeats 5
 
-Encodes every normalized name of the KB (MEDIC 2012: 72,996) with the packaged all-MiniLM-L6-v2 (or `--model`),
-once per runtime and repeat, the runtimes taking turns so that a change in the machine's load falls on both:
-torch in fp32, then ONNX Runtime (`runtime="onnx"`). Loading the weights (and exporting the ONNX graph, which is
-cached) is done before the clock starts, on a few names, and timed apart. Prints seconds and names/second per run,
-torch's threads, the load average before and after each run, and the cosine of every name's ONNX vector to its
-torch fp32 vector (minimum, and how many are under 0.999).
+Encodes every normalized name of the KB (MEDIC 2012: 72,996) with `NameEncoder.encode`, or with `--mentions` (a
+PubTator file or `.spacy` DocBin) the distinct lowercased gold mention texts with `encode_queries` (as the linker
+encodes mentions), with the packaged all-MiniLM-L6-v2 (or `--model`), once per variant and repeat, the variants
+taking turns so that a change in the machine's load falls on all: "fp32" (torch), "bf16" (torch autocast),
+"int8" (torch dynamic quantization of the Linear layers, `torch.ao.quantization.quantize_dynamic`), "onnx" (ONNX
+Runtime, fp32). Loading the weights (and exporting the ONNX graph, which is cached) is done before the clock
+starts, on a few texts, and timed apart. Prints seconds and texts/second per run, torch's threads, the load average
+before and after each run, and each variant's cosine to torch fp32 over every text (minimum, and how many are
+under 0.999). The first variant is the reference; fp32 is added first when not given.
 """
 
 from __future__ import annotations
@@ -22,57 +27,85 @@ import numpy as np
 import torch
 import typer
 
+from ..corpus import read_docs
 from ..encoder import NameEncoder
 from ..kb import load_kb
 from ..util import atomic_open
+from .weight import machine
 
 app = typer.Typer(add_completion=False)
-RUNTIMES = ("torch", "onnx")
+VARIANTS = ("fp32", "bf16", "int8", "onnx")
+
+
+def variant_encoder(variant: str, model: str | None) -> NameEncoder:
+    """A NameEncoder computing in `variant` (see the module docstring), its weights loaded."""
+    if variant not in VARIANTS:
+        raise typer.BadParameter(f"unknown variant {variant!r}; choose from {', '.join(VARIANTS)}")
+    if variant == "onnx":
+        return NameEncoder(model, precision="fp32", runtime="onnx")
+    encoder = NameEncoder(model, precision="bf16" if variant == "bf16" else "fp32")
+    if variant == "int8":
+        encoder._model = torch.ao.quantization.quantize_dynamic(encoder.model, {torch.nn.Linear}, dtype=torch.qint8)
+    return encoder
 
 
 @app.command()
 def main(
     kb: Path = typer.Option(Path("../shared/data/medic/medic_06Jul2012.txt"), help="Knowledge base file", exists=True),
+    mentions: Path = typer.Option(None, help="Encode these gold mentions (PubTator or .spacy) instead", exists=True),
     model: str = typer.Option(None, help="Encoder model (default: the packaged all-MiniLM-L6-v2)"),
-    repeats: int = typer.Option(2, min=1, help="Timed runs per runtime"),
-    limit: int = typer.Option(0, min=0, help="Encode only the first N names (0: all)"),
+    variants: str = typer.Option("fp32,onnx", help=f"Comma-separated, of {', '.join(VARIANTS)}"),
+    repeats: int = typer.Option(2, min=1, help="Timed runs per variant"),
+    limit: int = typer.Option(0, min=0, help="Encode only the first N texts (0: all)"),
     output: Path = typer.Option(None, help="Write the figures as JSON here"),
 ) -> None:
-    names = load_kb(kb).names()
-    names = names[:limit] if limit else names
-    encoders = {runtime: NameEncoder(model, precision="fp32", runtime=runtime) for runtime in RUNTIMES}
-    figures: dict = {"names": len(names), "threads": torch.get_num_threads(), "cpus": os.cpu_count(), "runs": []}
-    for runtime, encoder in encoders.items():
+    if mentions:
+        texts = sorted({ent.text.lower() for doc in read_docs(mentions) for ent in doc.ents})
+    else:
+        texts = load_kb(kb).names()
+    texts = texts[:limit] if limit else texts
+    chosen = ["fp32", *[v for v in variants.split(",") if v and v != "fp32"]]
+    figures: dict = {"texts": len(texts), "what": "mentions" if mentions else "names", "machine": machine(),
+                     "threads": torch.get_num_threads(), "runs": []}  # fmt: skip
+    encoders = {}
+    for variant in chosen:
         start = time.perf_counter()
-        encoder.encode(names[:8])
-        figures[f"{runtime}_load_seconds"] = round(time.perf_counter() - start, 2)
+        encoders[variant] = variant_encoder(variant, model)
+        encoders[variant].encode(texts[:8])
+        figures[f"{variant}_load_seconds"] = round(time.perf_counter() - start, 2)
+    encode = "encode_queries" if mentions else "encode"
     vectors = {}
     for repeat in range(repeats):
-        for runtime, encoder in encoders.items():
+        for variant, encoder in encoders.items():
             load_before = os.getloadavg()[0]
             start = time.perf_counter()
-            vectors[runtime] = encoder.encode(names)
+            vectors[variant] = getattr(encoder, encode)(texts)
             seconds = time.perf_counter() - start
-            run = {"runtime": runtime, "repeat": repeat, "seconds": round(seconds, 1),
-                   "names_per_second": round(len(names) / seconds), "load_before": round(load_before, 2),
+            run = {"variant": variant, "repeat": repeat, "seconds": round(seconds, 2),
+                   "texts_per_second": round(len(texts) / seconds), "load_before": round(load_before, 2),
                    "load_after": round(os.getloadavg()[0], 2)}  # fmt: skip
             figures["runs"].append(run)
             typer.echo(json.dumps(run))
-    cosine = (vectors["onnx"].astype(np.float64) * vectors["torch"]).sum(axis=1)
-    figures["cosine_min"] = float(cosine.min())
-    figures["cosine_under_0.999"] = int((cosine < 0.999).sum())
-    figures["worst_name"] = names[int(cosine.argmin())]
-    typer.echo(f"{len(names)} names, torch threads {figures['threads']}, {os.cpu_count()} CPUs")
-    typer.echo("| runtime | seconds (median) | names/s | load average during the runs | first use (load/export) s |")
-    typer.echo("|---|---|---|---|---|")
-    for runtime in RUNTIMES:
-        runs = [r for r in figures["runs"] if r["runtime"] == runtime]
+    typer.echo(f"{len(texts)} {figures['what']} ({encode}), torch threads {figures['threads']}; {figures['machine']}")
+    typer.echo(
+        "| variant | seconds (median) | texts/s | load average | first use s | cosine to fp32: min | under 0.999 |"
+    )
+    typer.echo("|---|---|---|---|---|---|---|")
+    for variant in chosen:
+        runs = [r for r in figures["runs"] if r["variant"] == variant]
         seconds = statistics.median(r["seconds"] for r in runs)
         loads = [r["load_before"] for r in runs] + [r["load_after"] for r in runs]
-        typer.echo(f"| {runtime} | {seconds:.1f} | {len(names) / seconds:.0f} | {min(loads):.1f}-{max(loads):.1f} | "
-                   f"{figures[f'{runtime}_load_seconds']} |")  # fmt: skip
-    typer.echo(f"cosine onnx vs torch fp32 over every name: min {figures['cosine_min']:.7f} "
-               f"({figures['worst_name']!r}), {figures['cosine_under_0.999']} under 0.999")  # fmt: skip
+        cosine = (vectors[variant].astype(np.float64) * vectors["fp32"]).sum(axis=1)
+        figures[variant] = {
+            "seconds": seconds,
+            "cosine_min": float(cosine.min()),
+            "cosine_under_0.999": int((cosine < 0.999).sum()),
+            "worst": texts[int(cosine.argmin())],
+        }
+        typer.echo(
+            f"| {variant} | {seconds:.2f} | {len(texts) / seconds:.0f} | {min(loads):.1f}-{max(loads):.1f} | "
+            f"{figures[f'{variant}_load_seconds']} | {cosine.min():.5f} | {(cosine < 0.999).sum()} |"
+        )
     if output:
         with atomic_open(output, "w") as f:
             f.write(json.dumps(figures, indent=2))

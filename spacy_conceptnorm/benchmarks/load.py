@@ -25,13 +25,12 @@ import json
 import os
 import platform
 import statistics
-import subprocess
-import sys
 from pathlib import Path
 
 import typer
 
 from ..util import atomic_open
+from .weight import fresh_process
 
 app = typer.Typer(add_completion=False)
 
@@ -95,13 +94,7 @@ print(json.dumps(figures))
 def measure(pipeline: Path, known: list[str], unseen: list[str], hide: list[str]) -> dict:
     """One fresh process's figures (see the module docstring)."""
     args = {"pipeline": str(pipeline), "known": known, "unseen": unseen, "recognizers": list(RECOGNIZERS), "hide": hide}
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    run = subprocess.run(
-        [sys.executable, "-c", CHILD, json.dumps(args)], env=env, capture_output=True, text=True, timeout=900
-    )
-    if run.returncode != 0:
-        sys.exit(f"the measuring process failed ({run.returncode}):\n{run.stderr[-3000:]}")
-    return json.loads(run.stdout.strip().splitlines()[-1])
+    return fresh_process(CHILD, args)
 
 
 @app.command()
