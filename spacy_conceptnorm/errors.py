@@ -27,14 +27,14 @@ class Errors(metaclass=ErrorsWithCodes):
     E103 = "Unknown index type {index_type!r}; choose one of {choices}."
     E104 = "Vector dimension mismatch: the index holds {expected}-d vectors, got {found}-d."
     E105 = "Unknown precision {precision!r}; choose 'auto', 'fp32', 'bf16' or 'fp16'."
-    # vector store and indexes at scale (issue 14, part 2)
+    # vector store and indexes at scale
     E106 = "{vectors} vectors given for {ids} ids: give one vector per id."
     E107 = "VectorIndex.add: {rows} ids without vectors, and the index is not on a VectorStore to read them from."
     E108 = (
         "SieveSearcher.build: {found} vectors given for {expected} names: give one row per name of kb.names(), "
         "in that order."
     )
-    # encoder runtime (issue 14, a lighter single machine)
+    # encoder runtime
     E130 = "Unknown encoder runtime {runtime!r}; choose 'torch', 'onnx' or 'auto'."
     E131 = "The encoder's runtime 'onnx' needs the {module} package ({detail}): pip install 'spacy-conceptnorm[onnx]'."
     E132 = "The encoder's runtime 'onnx' computes in fp32: precision {precision!r} needs runtime 'torch'."
@@ -74,7 +74,7 @@ class Errors(metaclass=ErrorsWithCodes):
         "The 'ab3p' abbreviation detector needs the pyab3p package: pip install pyab3p "
         "(or pip install 'spacy-conceptnorm[ab3p]'), or use detector = \"schwartz_hearst\"."
     )
-    # entity recognition: dictionary matcher, link filter (issue 12)
+    # entity recognition: dictionary matcher, link filter
     E410 = "{component}: {key} must be {expected}, got {value!r}."
     E411 = "{path} is not a valid saved dictionary_matcher ({detail}). Save the pipeline again with nlp.to_disk()."
     E412 = "{path} is not a valid saved link_filter ({detail}). Save the pipeline again with nlp.to_disk()."
@@ -163,7 +163,7 @@ class Errors(metaclass=ErrorsWithCodes):
     E966 = "{path}: no column {column!r} for {what} (matched exactly, else ignoring case); the header is {header}."
     E967 = "{path}:{line}: {detail} (without --strict such a row is skipped and counted)."
     E968 = "{path}: {n} usable term pairs ({skipped} rows skipped): Spearman's rho needs at least 2."
-    # reliability (issue 15): checksums, corrupt files, synonyms, annotate's output
+    # reliability: checksums, corrupt files, synonyms, annotate's output
     E980 = (
         "{path} is truncated or corrupt: its checksum (sha256) differs from the one recorded in {manifest} when "
         "the pipeline was saved. Restore the file or save the pipeline again (or set "
@@ -186,7 +186,7 @@ class Errors(metaclass=ErrorsWithCodes):
         "spaCy could not load the pipeline {pipeline}: it failed reading {path} ({detail}). If that file is missing, "
         "truncated or corrupt, restore it or save the pipeline again."
     )
-    # annotate --engine ray (issue 14)
+    # annotate --engine ray
     E990 = "annotate --engine ray needs Ray Data: pip install 'spacy-conceptnorm[ray]' (or 'ray[data]')."
     E991 = (
         "{path} is not a manifest that `annotate --engine ray` can resume from ({detail}). Move its directory away "
@@ -217,18 +217,18 @@ class Errors(metaclass=ErrorsWithCodes):
 class Warnings(metaclass=ErrorsWithCodes):
     W001 = "{count} gold concept ids were not found in the knowledge base and were skipped (e.g. {examples})."
     W002 = "{count} entities longer than {max_chars} characters were truncated before encoding."
-    # knowledge bases of millions of names (issue 14, part 2)
+    # knowledge bases of millions of names
     W106 = (
         "The lexical index is off for {names:,} names (more than {limit:,}): its TF-IDF matrices would take "
         "gigabytes. Candidates come from the dense sieve alone; the lexical features are 0."
     )
-    # reliability (issue 15)
+    # reliability
     W980 = "composite_splitter: the entity {text!r} could not be split ({error}); it is linked whole."
     W981 = (
         "{path} predates the last save of {parts} (by nlp.to_disk): spaCy's files are not checked. Save the "
         "pipeline with spacy_conceptnorm.save to check every file again."
     )
-    # annotate --engine ray (issue 14)
+    # annotate --engine ray
     W990 = "{path} was written with other settings ({changed}): its shards are done again."
     # curation server (serve command)
     W970 = "{path}:{line}: the last record is incomplete (annotate still writing, or killed); it is skipped."

@@ -1,5 +1,5 @@
 """The concept_normalizer as a spaCy component: serialization, settings, errors, scoring and the attribute contract
-shared with scispacy (issue 11). Built with the trigram test encoder, so each test takes well under a second."""
+shared with scispacy. Built with the trigram test encoder, so each test takes well under a second."""
 
 import inspect
 import re

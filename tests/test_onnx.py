@@ -1,4 +1,4 @@
-"""The encoder's ONNX Runtime (issue 14): the same vectors as torch in fp32 (cosine >= 0.999 on every fixture name),
+"""The encoder's ONNX Runtime: the same vectors as torch in fp32 (cosine >= 0.999 on every fixture name),
 batch-independent query vectors, the export cached and re-made when damaged, pickling and forked workers, errors."""
 
 import multiprocessing

@@ -1,4 +1,4 @@
-"""Property-based tests (hypothesis, issue 15): the KB loaders, the normalizer, the abbreviation resolver, the
+"""Property-based tests (hypothesis): the KB loaders, the normalizer, the abbreviation resolver, the
 composite splitter and the linker on arbitrary text and entity spans. Whatever the input: no exception other than
 the package's ConceptNormError, spans and offsets inside the text, `kb_ents` a list of (concept id, score) tuples.
 
