@@ -254,8 +254,16 @@ def test_nil_accuracy_over_several_hold_outs_by_hand(tmp_path):
 def _by_hand_metrics() -> dict:
     return {
         "pipeline": {"strategy": "D-T+OD-T", "nil_threshold": 0.5},
-        "gold_mentions": {"mentions": 8, "refined_mentions": 3, "shipped_acc1": 0.625, "shipped_refined_acc1": 1 / 3,
-                          "acc1": 0.75, "acc5": 0.875, "refined_acc1": 2 / 3, "refined_acc5": 1.0},  # fmt: skip
+        "gold_mentions": {
+            "mentions": 8,
+            "refined_mentions": 3,
+            "shipped_acc1": 0.625,
+            "shipped_refined_acc1": 1 / 3,
+            "acc1": 0.75,
+            "acc5": 0.875,
+            "refined_acc1": 2 / 3,
+            "refined_acc5": 1.0,
+        },  # fmt: skip
         "scores": {"right": [0.9, 0.8], "wrong": [0.4]},
     }
 

@@ -30,7 +30,7 @@ import typer
 from ..corpus import read_docs
 from ..encoder import NameEncoder
 from ..kb import load_kb
-from ..util import atomic_open
+from ..util import write_json
 from .weight import machine
 
 app = typer.Typer(add_completion=False)
@@ -107,8 +107,7 @@ def main(
             f"{figures[f'{variant}_load_seconds']} | {cosine.min():.5f} | {(cosine < 0.999).sum()} |"
         )
     if output:
-        with atomic_open(output, "w") as f:
-            f.write(json.dumps(figures, indent=2))
+        write_json(output, figures)
 
 
 if __name__ == "__main__":

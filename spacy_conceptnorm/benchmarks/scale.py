@@ -357,8 +357,10 @@ def main(
             typer.echo(f"wrote {vectors} in {time.perf_counter() - start:.0f} s")
         truth = workdir / f"exact_top1_{kb['names']}_{dim}_{queries}.npy"
         typer.echo(f"\n{kb['names']:,} names x {dim}-d float16 random unit vectors (memory-mapped), {queries} queries")
-        typer.echo("| index | build s | peak RSS MB | anonymous MB | file-backed MB | index MB | queries/s (batch) "
-                   "| ms/query (one at a time) | queries/s (sieve) | recall@1 |")
+        typer.echo(
+            "| index | build s | peak RSS MB | anonymous MB | file-backed MB | index MB | queries/s (batch) "
+            "| ms/query (one at a time) | queries/s (sieve) | recall@1 |"
+        )
         typer.echo("|---|---|---|---|---|---|---|---|---|---|")
         specs = types.split(",")
         for spec in sorted(specs, key=lambda s: s.split("@")[0] != "exact"):  # exact first: the reference

@@ -22,7 +22,6 @@ Medians over the passes; the last line is `ratio X`: the pipeline's mentions/s o
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import time
@@ -38,7 +37,7 @@ import typer
 from ..corpus import read_docs, strip_links
 from ..encoder import NameEncoder
 from ..index import VectorIndex
-from ..util import atomic_open
+from ..util import write_json
 from .weight import machine
 
 app = typer.Typer(add_completion=False)
@@ -226,8 +225,7 @@ def main(
         f"TF-IDF (char 3-grams, brute force): {figures['tfidf_mentions_per_second']:,.0f} mentions/s"
     )
     if output:
-        with atomic_open(output, "w") as f:
-            f.write(json.dumps(figures, indent=2))
+        write_json(output, figures)
     typer.echo(f"ratio {figures['ratio']:.2f}")
 
 

@@ -31,7 +31,7 @@ from pathlib import Path
 import typer
 from spacy.util import load_config
 
-from ..util import atomic_open
+from ..util import write_json
 
 app = typer.Typer(add_completion=False)
 
@@ -227,8 +227,7 @@ def main(
             f"{median('linker alone', 'peak') - floor_mb:+.0f} MB"
         )
     if output:
-        with atomic_open(output, "w") as f:
-            f.write(json.dumps({"machine": machine(), "setups": setups, "runs": results}, indent=2))
+        write_json(output, {"machine": machine(), "setups": setups, "runs": results})
     typer.echo(
         f"above floor: {median('whole pipeline', 'seconds') - floor_s:+.2f} s, "
         f"{median('whole pipeline', 'peak') - floor_mb:+.0f} MB"
