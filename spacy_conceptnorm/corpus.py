@@ -203,10 +203,15 @@ def recognizers(nlp: Language) -> list[str]:
     return [name for name in nlp.pipe_names if "doc.ents" in nlp.get_pipe_meta(name).assigns]
 
 
-def assertion_pipes(nlp: Language) -> list[str]:
-    """The `clinical_context` components: they only read the linked entities (and split sentences at about 0.1 s
-    an abstract), so linking gold mentions turns them off too."""
-    return [name for name in nlp.pipe_names if nlp.get_pipe_meta(name).factory == "clinical_context"]
+def gold_linking_off(nlp: Language) -> list[str]:
+    """The components that linking gold mentions turns off: the `recognizers`, so the gold entities stay as given,
+    and `clinical_context`, which only reads the linked entities (and splits sentences at about 0.1 s an
+    abstract)."""
+    return [
+        name
+        for name in nlp.pipe_names
+        if name in recognizers(nlp) or nlp.get_pipe_meta(name).factory == "clinical_context"
+    ]
 
 
 def strip_links(docs: list[Doc]) -> list[Doc]:

@@ -16,6 +16,7 @@ from spacy_conceptnorm.annotate import annotate
 from spacy_conceptnorm.cli import app
 from spacy_conceptnorm.clinical.context import ClinicalContext
 from spacy_conceptnorm.clinical.evaluate import evaluate_assertions, predict_statuses, read_annotated_spans
+from spacy_conceptnorm.corpus import gold_linking_off
 from spacy_conceptnorm.errors import ConceptNormError
 
 from .conftest import FIXTURES
@@ -245,3 +246,12 @@ def test_other_msgpack_files_read_back_with_medspacy_imported(nlp):
     modifier (the lexical index's vocabulary has one): with clinical_context built they must read back as written."""
     for data in ({"modifier": 3, "cough": 1}, {"section": 5}, {"modifiers": [1, 2], "context_graph": 0}):
         assert srsly.msgpack_loads(srsly.msgpack_dumps(data)) == data
+
+
+def test_linking_gold_mentions_turns_off_the_recognizers_and_clinical_context():
+    nlp = spacy.blank("en")
+    nlp.add_pipe("entity_ruler")
+    nlp.add_pipe("abbreviation_resolver")
+    nlp.add_pipe("composite_splitter")
+    nlp.add_pipe("clinical_context")
+    assert gold_linking_off(nlp) == ["entity_ruler", "clinical_context"]

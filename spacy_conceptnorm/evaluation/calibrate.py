@@ -24,7 +24,7 @@ from pathlib import Path
 from spacy.language import Language
 from spacy.tokens import Doc
 
-from ..corpus import assertion_pipes, mention_spans, recognizers, strip_links
+from ..corpus import gold_linking_off, mention_spans, strip_links
 from ..errors import ConceptNormError, Errors
 from ..kb import DOMAIN, SOURCE_BITS
 from ..pipeline_io import load, save
@@ -100,7 +100,7 @@ def link_evidence(nlp: Language, docs: list[Doc], concepts: set[str] | None = No
     link is right: what the confidence model is fitted on. `concepts`: keep only the mentions of these."""
     name, normalizer = get_normalizer(nlp)
     kb = normalizer.kb
-    text_pipes = [n for n in nlp.pipe_names if n != name and n not in recognizers(nlp) + assertion_pipes(nlp)]
+    text_pipes = [n for n in nlp.pipe_names if n != name and n not in gold_linking_off(nlp)]
     with nlp.select_pipes(enable=text_pipes):
         processed = list(nlp.pipe(strip_links(docs)))
     evidence, correct = [], []

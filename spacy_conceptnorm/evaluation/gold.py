@@ -14,7 +14,7 @@ from spacy.language import Language
 from spacy.tokens import Doc
 
 from ..component import ConceptNormalizer
-from ..corpus import assertion_pipes, read_docs, recognizers, strip_links  # noqa: F401  (strip_links: re-exported)
+from ..corpus import gold_linking_off, read_docs, strip_links  # noqa: F401  (strip_links: re-exported)
 from ..errors import ConceptNormError, Errors
 from ..scoring import NIL, accuracy_at
 
@@ -69,7 +69,7 @@ def link_gold_mentions(nlp: Language, docs: Iterable[Doc]) -> list[LinkedMention
     on the gold entities of the docs, one LinkedMention per gold mention that carries a concept id."""
     _, normalizer = get_normalizer(nlp)
     docs = list(docs)
-    with nlp.select_pipes(disable=[*recognizers(nlp), *assertion_pipes(nlp)]):
+    with nlp.select_pipes(disable=gold_linking_off(nlp)):
         predicted = list(nlp.pipe(strip_links(docs), batch_size=normalizer.cfg["batch_size"]))
     out = []
     for gold_doc, pred_doc in zip(docs, predicted):

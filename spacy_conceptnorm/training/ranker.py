@@ -23,7 +23,7 @@ from spacy.language import Language
 from spacy.tokens import Doc
 
 from ..component import ConceptNormalizer, _context
-from ..corpus import assertion_pipes, mention_spans, recognizers, strip_links
+from ..corpus import gold_linking_off, mention_spans, strip_links
 from ..errors import ConceptNormError, Errors
 from ..ranking.candidates import CandidateSet
 from ..ranking.pair_scorer import RankingGroup
@@ -61,7 +61,7 @@ def doc_pairs(normalizer: ConceptNormalizer, docs: list[Doc]) -> set[tuple[str, 
 def _queries(nlp: Language, normalizer: ConceptNormalizer, docs: list[Doc]) -> list[tuple[str, str, set[str]]]:
     """(text searched, context, gold concept ids) for each single-concept gold mention, with the text
     components run first (so a defined abbreviation is searched as its long form too)."""
-    off = recognizers(nlp) + assertion_pipes(nlp)
+    off = gold_linking_off(nlp)
     text_pipes = [n for n, p in nlp.pipeline if n not in off and p is not normalizer]
     with nlp.select_pipes(enable=text_pipes):
         processed = list(nlp.pipe(strip_links(docs)))
