@@ -187,6 +187,10 @@ class Errors(metaclass=ErrorsWithCodes):
         "truncated or corrupt, restore it or save the pipeline again."
     )
     # annotate --engine ray
+    E989 = (
+        "{path} is truncated or corrupt: its checksum (crc32) differs from the one recorded when it was saved. "
+        "Restore the file or save the pipeline again."
+    )
     E990 = "annotate --engine ray needs Ray Data: pip install 'spacy-conceptnorm[ray]' (or 'ray[data]')."
     E991 = (
         "{path} is not a manifest that `annotate --engine ray` can resume from ({detail}). Move its directory away "

@@ -46,7 +46,8 @@ def transformer_model(
     grad_scaler_config: dict = {},  # noqa: B006
     cpu_precision: str = "auto",
 ) -> Model:
-    """spacy-transformers.TransformerModel.v3 whose forward pass runs under bf16 autocast on CPU.
+    """spacy-transformers.TransformerModel.v3 whose forward pass runs under bf16 autocast on CPU, and whose weights
+    are saved in float16 and loaded without random initialization (`ner_weights.CompactHFShim`).
 
     The first six arguments are TransformerModel.v3's (`mixed_precision`: fp16 autocast on CUDA).
     cpu_precision (str): "auto" (bf16 where the CPU has native bf16 dot products, else fp32), "bf16" or "fp32".
@@ -56,8 +57,14 @@ def transformer_model(
     """
     from spacy_transformers.layers import TransformerModel
 
+    from .ner_weights import CompactHFShim
+
     model = TransformerModel(name, get_spans, tokenizer_config, transformer_config, mixed_precision, grad_scaler_config)
     model.attrs["replace_listener_cfg"] = _replace_listener_cfg
+    wrapper = model.layers[0]  # its HFShim, for one that saves and loads lighter (ner_weights)
+    wrapper.shims[0] = CompactHFShim(
+        wrapper.shims[0]._hfmodel, mixed_precision=mixed_precision, grad_scaler_config=dict(grad_scaler_config)
+    )
     if _runs_in_bf16(cpu_precision):
         forward = model._func
 

@@ -257,25 +257,13 @@ def read_checksums(root: str | Path) -> dict[str, str] | None:
     return files
 
 
-def verify_checksums(root: str | Path, skip: Iterable[str] = ()) -> bool:
-    """Check the files below `root` against `root/checksums.json`, except those under the top-level names in
-    `skip`: ConceptNormError naming the first file that is missing or differs. Returns False when there is no
-    checksum list (a directory saved before checksums existed) or SPACY_CONCEPTNORM_SKIP_CHECKSUMS is set."""
-    root = Path(root)
-    files = read_checksums(root)
-    if files is None:
-        return False
-    check_files(root, files, skip)
-    return True
-
-
 def check_files(root: Path, files: dict[str, str], skip: Iterable[str] = ()) -> None:
-    """Check the files of a list `read_checksums(root)` gave, except those under the top-level names in `skip`:
-    ConceptNormError naming the first file that is missing or differs."""
+    """Check the files of a list `read_checksums(root)` gave, except those in `skip` (a top-level name skips all
+    below it; a relative path, that file): ConceptNormError naming the first file that is missing or differs."""
     skip = set(skip)
     for name, digest in files.items():
         path = root / name
-        if name.split("/")[0] in skip:
+        if name.split("/")[0] in skip or name in skip:
             continue
         if not path.is_file():
             raise ConceptNormError(Errors.E984.format(path=path, manifest=root / CHECKSUMS))

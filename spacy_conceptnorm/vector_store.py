@@ -232,8 +232,8 @@ def float16_cosines(values: np.ndarray) -> np.ndarray:
 
 
 def checksum_error(path: Path) -> ConceptNormError:
-    """E302 for a saved file whose bytes do not match the crc32 recorded for it (naming its folder and file)."""
-    return ConceptNormError(Errors.E302.format(path=path.parent, detail=f"{path.name} does not match its checksum"))
+    """E989 for a saved file whose bytes do not match the crc32 recorded for it."""
+    return ConceptNormError(Errors.E989.format(path=path))
 
 
 def file_crc32(path: str | Path, offset: int = 0) -> int:
