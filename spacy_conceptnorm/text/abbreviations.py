@@ -240,14 +240,15 @@ class AbbreviationResolver(Pipe):
         doc (Doc): The document, with its entities set.
         RETURNS (Doc): The same doc, with `doc._.abbreviations` and `ent._.long_form` set.
         """
-        abbreviations = DETECTORS[self.detector](doc.text)
+        text = doc.text  # spaCy joins the tokens' texts anew at each `doc.text`
+        abbreviations = DETECTORS[self.detector](text)
         doc._.abbreviations = [abbreviation.to_dict() for abbreviation in abbreviations]
-        occurrences = self._occurrences(doc, abbreviations)
+        occurrences = self._occurrences(doc, text, abbreviations)
         defined = {abbreviation.short for abbreviation in abbreviations}
         guesses: dict[str, str | None] = {}
         previous: dict[str, str] = {}  # label -> text of the last entity that is not an uppercase abbreviation
         for ent in doc.ents:
-            long_form = _expand(ent, occurrences)
+            long_form = _expand(ent, text, occurrences)
             uppercase = _is_uppercase_abbreviation(ent.text)
             if long_form is None and uppercase and self.expand_undefined_uppercase and ent.text not in defined:
                 long_form = guesses.setdefault(ent.text, previous.get(ent.label_))
@@ -257,7 +258,9 @@ class AbbreviationResolver(Pipe):
                 ent._.long_form = long_form
         return doc
 
-    def _occurrences(self, doc: Doc, abbreviations: list[Abbreviation]) -> list[tuple[int, int, Abbreviation]]:
+    def _occurrences(
+        self, doc: Doc, text: str, abbreviations: list[Abbreviation]
+    ) -> list[tuple[int, int, Abbreviation]]:
         """The (start, end, definition) of each short form occurrence that starts and ends on token boundaries,
         in text order, without overlaps (the longer short form wins)."""
         first: dict[str, Abbreviation] = {}
@@ -267,7 +270,7 @@ class AbbreviationResolver(Pipe):
             found = [
                 (match.start(), match.end(), abbreviation)
                 for short, abbreviation in first.items()
-                for match in re.finditer(rf"(?<!\w){re.escape(short)}s?(?!\w)", doc.text)
+                for match in re.finditer(rf"(?<!\w){re.escape(short)}s?(?!\w)", text)
                 if doc.char_span(match.start(), match.end()) is not None
             ]
         else:
@@ -294,20 +297,21 @@ def make_abbreviation_resolver(
     )
 
 
-def _expand(ent: Span, occurrences: Iterable[tuple[int, int, Abbreviation]]) -> str | None:
+def _expand(ent: Span, text: str, occurrences: Iterable[tuple[int, int, Abbreviation]]) -> str | None:
     """The entity text with each short form occurrence inside it replaced by its long form, or None if there is
-    none. An entity that holds a whole definition ("long form (SF)") keeps that short form as it is."""
+    none (`text`: the doc's). An entity that holds a whole definition ("long form (SF)") keeps that short form as
+    it is."""
     parts = []
     position = ent.start_char
     for start, end, abbreviation in occurrences:
         inside = ent.start_char <= start and end <= ent.end_char
         holds_definition = ent.start_char <= abbreviation.long_start and abbreviation.long_end <= ent.end_char
         if inside and not holds_definition:
-            parts.extend((ent.doc.text[position:start], abbreviation.long))
+            parts.extend((text[position:start], abbreviation.long))
             position = end
     if not parts:
         return None
-    return "".join(parts) + ent.doc.text[position : ent.end_char]
+    return "".join(parts) + text[position : ent.end_char]
 
 
 def _is_uppercase_abbreviation(text: str) -> bool:
