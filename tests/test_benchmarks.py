@@ -41,8 +41,10 @@ def saved(tiny_bert, fixtures, tmp_path_factory):
     return root / "training" / "pipeline"
 
 
-def test_tfidf_links_each_text_to_its_nearest_name():
-    linker = speed.TfidfLinker(["liver disease", "anemia", "breast cancer", "cystic fibrosis"], batch=2)
+@pytest.mark.parametrize("dense", [True, False])
+def test_tfidf_links_each_text_to_its_nearest_name(dense):
+    names = ["liver disease", "anemia", "breast cancer", "cystic fibrosis"]
+    linker = speed.TfidfLinker(names, batch=2, dense=dense)
     found = linker.link(["liver diseases", "anaemia", "cancer of the breast", "fibrosis, cystic", "Anemia"])
     assert found == ["liver disease", "anemia", "breast cancer", "cystic fibrosis", "anemia"]
 
@@ -56,7 +58,8 @@ def test_speed_prints_the_split_end_to_end_and_the_ratio_last(saved):
     for part in ("encoding", "index search", "abbreviation_resolver", "composite_splitter", "concept_normalizer"):
         assert any(line.startswith(f"| {part}") for line in lines), part
     assert any(re.fullmatch(r"end to end \(ner -> .* -> link_filter, cache off\): \d+\.\d docs/s", x) for x in lines)
-    assert re.fullmatch(r"pipeline: [\d,]+ mentions/s; TF-IDF .*: [\d,]+ mentions/s", lines[-2])
+    sparse = r"\(with scikit-learn's sparse argmax: [\d,]+, ratio \d+\.\d\d\)"
+    assert re.fullmatch(rf"pipeline: [\d,]+ mentions/s; TF-IDF .*: [\d,]+ mentions/s {sparse}", lines[-2])
 
 
 @pytest.mark.slow  # 4 fresh processes, each importing every installed spaCy entry point (spacy-transformers: seconds)
