@@ -142,7 +142,7 @@ class DictionaryMatcher(Pipe):
         """The dictionary's matches in each of `docs` (as `match` gives them), found for all at once."""
         label, attr = self.cfg["label"], self.cfg["attr"]
         found = self.patterns.find([doc.to_array(attr) for doc in docs])
-        return [[Span(doc, *span, label=label) for span in longest(spans)] for doc, spans in zip(docs, found)]
+        return [filter_spans([Span(doc, *span, label=label) for span in spans]) for doc, spans in zip(docs, found)]
 
     def initialize(
         self,
@@ -300,7 +300,7 @@ class TokenPatterns:
         self.begins, self.sizes = begins[present][order], lengths[present][order].astype(np.int64)
         self.shared = np.append(self.keys[1:] == self.keys[:-1], False)  # the next sequence has the same key
         self.windows = np.unique(self.sizes)
-        self.longest = np.zeros(1 << FIRST_BITS, dtype=np.int64)  # of the sequences that start with a slot's tokens
+        self.longest = np.zeros(1 << FIRST_BITS, dtype=np.int32)  # of the sequences that start with a slot's tokens
         np.maximum.at(self.longest, slot(hashes[self.begins], FIRST_BITS), self.sizes)
         self.seen = np.zeros(1 << KEY_BITS, dtype=bool)
         self.seen[slot(self.keys, KEY_BITS)] = True
@@ -367,17 +367,6 @@ def same_tokens(a: np.ndarray, a_starts: np.ndarray, b: np.ndarray, b_starts: np
     return np.logical_and.reduceat(equal, firsts)
 
 
-def longest(spans: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
-    """spaCy's `filter_spans` on (start, end) pairs: of overlapping spans the longest (on a tie, the first) stays."""
-    kept: list[tuple[int, int]] = []
-    taken: set[int] = set()
-    for start, end in sorted(spans, key=lambda span: (span[1] - span[0], -span[0]), reverse=True):
-        if start not in taken and end - 1 not in taken:
-            kept.append((start, end))
-            taken.update(range(start, end))
-    return sorted(kept)
-
-
 def slot(values: np.ndarray, bits: int) -> np.ndarray:
     """Each hash's entry in a table of 2**bits: its top bits."""
     return values >> np.uint64(64 - bits)
@@ -399,12 +388,13 @@ def precision_counts(matcher: DictionaryMatcher, docs: Iterable[Doc]) -> tuple[C
     label = matcher.cfg["label"]
     matched: Counter = Counter()
     right: Counter = Counter()
-    for doc in docs:
-        gold = {(ent.start_char, ent.end_char) for ent in doc.ents if ent.label_ == label}
-        for span in matcher.match(doc):
-            key = matcher.key(span.text)
-            matched[key] += 1
-            right[key] += (span.start_char, span.end_char) in gold
+    for batch in minibatch(docs, size=128):
+        for doc, found in zip(batch, matcher.matches(batch)):
+            gold = {(ent.start_char, ent.end_char) for ent in doc.ents if ent.label_ == label}
+            for span in found:
+                key = matcher.key(span.text)
+                matched[key] += 1
+                right[key] += (span.start_char, span.end_char) in gold
     return matched, right
 
 
