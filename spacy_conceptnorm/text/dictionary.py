@@ -140,7 +140,7 @@ class DictionaryMatcher(Pipe):
 
     def matches(self, docs: Sequence[Doc]) -> list[list[Span]]:
         """The dictionary's matches in each of `docs` (as `match` gives them), found for all at once."""
-        label, attr = self.cfg["label"], self.cfg["attr"]
+        label, attr = self.vocab.strings.add(self.cfg["label"]), self.cfg["attr"]
         found = self.patterns.find([doc.to_array(attr) for doc in docs])
         return [filter_spans([Span(doc, *span, label=label) for span in spans]) for doc, spans in zip(docs, found)]
 
@@ -268,19 +268,19 @@ class DictionaryMatcher(Pipe):
 # loading MEDIC's 73k patterns cost 0.46 s and +99 MB RSS; these sorted keys load in X s, +Y MB (AMD EPYC,
 # AVX512-BF16), and match a batch of docs as fast.
 MULTIPLIER = 0x9E3779B97F4A7C15  # odd, so that it has an inverse modulo 2**64
-FIRST_BITS, KEY_BITS = 18, 20  # the filter tables have 2**18 and 2**20 entries
+PAIR_BITS, KEY_BITS = 19, 20  # the filter tables have 2**19 and 2**20 entries
 
 
 class TokenPatterns:
     """Token sequences, given as attribute hashes, found in token arrays: every occurrence of every sequence, as
     spaCy's `PhraseMatcher` finds them.
 
-    A sequence's key is the polynomial sum_j token_j * multiplier**j (modulo 2**64). In the docs, the windows looked
-    at start at a token that starts a sequence and are no longer than the longest such sequence (a table by the
-    first token's hash); each gets its key from the prefix sums of token_m * multiplier**m, divided by
-    multiplier**start. The keys that pass a table of the sequences' keys are looked up among them, sorted, and a
-    window whose key is found is compared token by token with the sequences of that key, so that a collision never
-    makes a match.
+    A sequence's key is the polynomial sum_j token_j * multiplier**j (modulo 2**64). The windows of the docs looked
+    at are every token and, where two tokens begin a longer sequence (a table by their key), the windows from there
+    no longer than the longest such sequence; each gets its key from the prefix sums of token_m * multiplier**m,
+    divided by multiplier**start. The keys that pass a table of the sequences' keys are looked up among them, sorted,
+    and a window whose key is found is compared token by token with the sequences of that key, so that a collision
+    never makes a match.
 
     hashes (np.ndarray): The sequences' attribute hashes, one after another (uint64).
     lengths (np.ndarray): The number of tokens of each sequence, in turn (uint32).
@@ -299,9 +299,11 @@ class TokenPatterns:
         self.keys = keys[order]  # and each key's sequence: where it begins in `hashes`, its length
         self.begins, self.sizes = begins[present][order], lengths[present][order].astype(np.int64)
         self.shared = np.append(self.keys[1:] == self.keys[:-1], False)  # the next sequence has the same key
-        self.windows = np.unique(self.sizes)
-        self.longest = np.zeros(1 << FIRST_BITS, dtype=np.int32)  # of the sequences that start with a slot's tokens
-        np.maximum.at(self.longest, slot(hashes[self.begins], FIRST_BITS), self.sizes)
+        longer = np.flatnonzero(self.sizes > 1)
+        self.windows = np.unique(self.sizes[longer])  # the sizes of the windows of more than one token
+        pairs = hashes[self.begins[longer]] + hashes[self.begins[longer] + 1] * np.uint64(multiplier)  # their keys
+        self.longest = np.zeros(1 << PAIR_BITS, dtype=np.int32)  # of the sequences that begin with a slot's pair
+        np.maximum.at(self.longest, slot(pairs, PAIR_BITS), self.sizes[longer])
         self.seen = np.zeros(1 << KEY_BITS, dtype=bool)
         self.seen[slot(self.keys, KEY_BITS)] = True
 
@@ -321,12 +323,14 @@ class TokenPatterns:
             return [[] for _ in arrays]
         tokens, lengths = np.concatenate(arrays), np.array([len(array) for array in arrays])
         ends = np.cumsum(lengths)
-        longest = self.longest[slot(tokens, FIRST_BITS)]
+        longest = self.longest[slot(tokens[:-1] + tokens[1:] * np.uint64(self.multiplier), PAIR_BITS)]
         starts = np.flatnonzero(longest)
         room = np.minimum(longest[starts], ends[np.searchsorted(ends, starts, side="right")] - starts)
-        count = np.searchsorted(self.windows, room, side="right")  # the windows that may hold a sequence
+        count = np.searchsorted(self.windows, room, side="right")  # the longer windows that may hold a sequence
         start = np.repeat(starts, count)
         end = start + self.windows[np.arange(len(start)) - np.repeat(np.cumsum(count) - count, count)]
+        single = np.arange(len(tokens))  # and every one-token window
+        start, end = np.concatenate([single, start]), np.concatenate([single + 1, end])
         self.grow(len(tokens))
         prefix = np.zeros(len(tokens) + 1, dtype=np.uint64)
         np.cumsum(tokens * self.power[: len(tokens)], out=prefix[1:])
@@ -340,7 +344,8 @@ class TokenPatterns:
         right[right] = same_tokens(tokens, start[right], self.hashes, self.begins[at[right]], self.sizes[at[right]])
         for i in np.flatnonzero(~right & self.shared[at]).tolist():  # the key's other sequences
             right[i] = self.among(tokens[start[i] : end[i]], at[i] + 1)
-        start, end = start[right], end[right]
+        order = np.lexsort((end[right], start[right]))
+        start, end = start[right][order], end[right][order]
         which = np.searchsorted(ends, start, side="right")
         begin = ends[which] - lengths[which]
         found = list(zip((start - begin).tolist(), (end - begin).tolist()))
