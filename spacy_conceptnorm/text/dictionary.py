@@ -325,11 +325,10 @@ class TokenPatterns:
         longest = self.longest[slot(tokens[:-1] + tokens[1:] * np.uint64(self.multiplier), PAIR_BITS)]
         starts = np.flatnonzero(longest)
         room = np.minimum(longest[starts], ends[np.searchsorted(ends, starts, side="right")] - starts)
-        count = np.searchsorted(self.windows, room, side="right")  # the longer windows that may hold a sequence
-        start = np.repeat(starts, count)
-        end = start + self.windows[np.arange(len(start)) - np.repeat(np.cumsum(count) - count, count)]
+        row, column = np.nonzero(self.windows <= room[:, None])  # the longer windows that may hold a sequence
         single = np.arange(len(tokens))  # and every one-token window
-        start, end = np.concatenate([single, start]), np.concatenate([single + 1, end])
+        start = np.concatenate([single, starts[row]])
+        end = np.concatenate([single + 1, starts[row] + self.windows[column]])
         self.grow(len(tokens))
         prefix = np.zeros(len(tokens) + 1, dtype=np.uint64)
         np.cumsum(tokens * self.power[: len(tokens)], out=prefix[1:])
