@@ -62,7 +62,7 @@ class CompactHFShim(HFShim):
         if not msg["config"]:  # saved before initialization: nothing to load
             return super().from_bytes(bytes_data)
         device = get_torch_default_device()
-        state = torch.load(BytesIO(msg.pop("state")), map_location=device)
+        state = torch.load(BytesIO(msg.pop("state")), map_location=device, weights_only=True)
         with make_tempdir() as temp_dir:
             srsly.write_json(temp_dir / "config.json", msg["config"])
             config = self.config_cls.from_pretrained(temp_dir / "config.json")
