@@ -6,6 +6,11 @@ definitions of each doc, records them in `doc._.abbreviations` and sets `span._.
 or contains as whole tokens, a defined short form, so that a later component can link "HNPCC" through
 "hereditary nonpolyposis colorectal cancer".
 
+Clinical notes use abbreviations they never define ("65M with CHF and DM2 presents with SOB"). With
+`clinical_abbreviations` the component also knows a short list of common clinical abbreviations of conditions
+(`CLINICAL_ABBREVIATIONS`): where the doc does not define such a short form, each occurrence is expanded like a
+defined one, and one that no entity overlaps becomes an entity of its own.
+
 Two detectors: a plain-Python Schwartz & Hearst (2003) algorithm, and Ab3P (Sohn et al. 2008) through the
 optional `pyab3p` package.
 """
@@ -184,6 +189,49 @@ def find_abbreviations_ab3p(text: str) -> list[Abbreviation]:
     return sorted(found, key=lambda a: a.short_start)
 
 
+# Common clinical abbreviations of conditions and their usual expansion in clinical notes, written for this package
+# from common clinical usage; each expansion is a name of the condition in MEDIC (CTD's disease vocabulary), so that
+# the linker finds it. An abbreviation with another frequent sense is left out: in notes PE (physical exam), RA
+# (room air), MS (mental status), CP, CA, ED, HA, AS, AF; in the literature DM and DM1 (myotonic dystrophy).
+CLINICAL_ABBREVIATIONS: dict[str, str] = {
+    "ACS": "acute coronary syndrome",
+    "AFib": "atrial fibrillation",
+    "Afib": "atrial fibrillation",
+    "afib": "atrial fibrillation",
+    "A-fib": "atrial fibrillation",
+    "AKI": "acute kidney injury",
+    "BPH": "benign prostatic hyperplasia",
+    "CAD": "coronary artery disease",
+    "CHF": "congestive heart failure",
+    "CKD": "chronic kidney disease",
+    "CVA": "stroke",
+    "DM2": "type 2 diabetes mellitus",
+    "DVT": "deep vein thrombosis",
+    "GIB": "gastrointestinal hemorrhage",
+    "HCV": "hepatitis C",
+    "HF": "heart failure",
+    "HLD": "hyperlipidemia",
+    "HTN": "hypertension",
+    "LBP": "low back pain",
+    "MDD": "major depressive disorder",
+    "MI": "myocardial infarction",
+    "OA": "osteoarthritis",
+    "OSA": "obstructive sleep apnea",
+    "PAD": "peripheral arterial disease",
+    "PNA": "pneumonia",
+    "PVD": "peripheral vascular disease",
+    "SOB": "shortness of breath",
+    "T1DM": "type 1 diabetes mellitus",
+    "T2DM": "type 2 diabetes mellitus",
+    "TIA": "transient ischemic attack",
+    "UTI": "urinary tract infection",
+}
+
+# A short form's occurrence: its start and end character offsets, and its definition in the text or, for a
+# clinical abbreviation the text does not define, its listed long form.
+Occurrence = tuple[int, int, Abbreviation | str]
+
+
 DETECTORS: dict[str, Callable[[str], list[Abbreviation]]] = {
     "schwartz_hearst": find_abbreviations,
     "ab3p": find_abbreviations_ab3p,
@@ -197,8 +245,10 @@ class AbbreviationResolver(Pipe):
     long_start, long_end), one per definition, and `ent._.long_form` on each entity of `doc.ents` that is, or
     contains as whole tokens, a defined short form: the entity text with each short form replaced by its long
     form ("HNPCC patients" -> "hereditary nonpolyposis colorectal cancer patients"). A plural "HNPCCs" expands
-    like "HNPCC". When a short form is defined twice, the first definition is used. Tokens and `doc.ents` are
-    left as they are, and the component has no learned state.
+    like "HNPCC". When a short form is defined twice, the first definition is used. With `clinical_abbreviations`,
+    a short form of `CLINICAL_ABBREVIATIONS` that the doc does not define expands to its listed long form, and an
+    occurrence that no entity overlaps is added to `doc.ents` (with `label`). Otherwise tokens and `doc.ents` are
+    left as they are. The component has no learned state.
 
     The values are plain str/int/list/dict data in `doc.user_data` (span values keyed by character offsets), so
     they survive `DocBin(store_user_data=True)`, which reads the list back as a tuple, and `nlp.pipe(...,
@@ -213,6 +263,8 @@ class AbbreviationResolver(Pipe):
         detector: str = "schwartz_hearst",
         propagate: bool = True,
         expand_undefined_uppercase: bool = False,
+        clinical_abbreviations: bool = True,
+        label: str = "Disease",
     ) -> None:
         """Initialize the component.
 
@@ -223,6 +275,9 @@ class AbbreviationResolver(Pipe):
         expand_undefined_uppercase (bool): For an all-uppercase entity whose text no definition in the doc covers,
             use the text of the nearest earlier entity with the same label that is not itself all-uppercase
             (Mondal et al. 2019). The first occurrence decides for all occurrences of the same text.
+        clinical_abbreviations (bool): Expand the short forms of `CLINICAL_ABBREVIATIONS` that the doc does not
+            define, and make an entity of each occurrence that no entity overlaps.
+        label (str): The label of the entities it adds.
         """
         if detector not in DETECTORS:
             raise ConceptNormError(Errors.E401.format(detector=detector, choices=sorted(DETECTORS)))
@@ -233,6 +288,8 @@ class AbbreviationResolver(Pipe):
         self.detector = detector
         self.propagate = propagate
         self.expand_undefined_uppercase = expand_undefined_uppercase
+        self.clinical_abbreviations = clinical_abbreviations
+        self.label = label
 
     def __call__(self, doc: Doc) -> Doc:
         """Apply the component to a doc.
@@ -244,6 +301,8 @@ class AbbreviationResolver(Pipe):
         doc._.abbreviations = [abbreviation.to_dict() for abbreviation in abbreviations]
         occurrences = self._occurrences(doc, abbreviations)
         defined = {abbreviation.short for abbreviation in abbreviations}
+        if self.clinical_abbreviations:
+            occurrences = _add_known(doc, abbreviations, occurrences, self.label)
         guesses: dict[str, str | None] = {}
         previous: dict[str, str] = {}  # label -> text of the last entity that is not an uppercase abbreviation
         for ent in doc.ents:
@@ -257,53 +316,105 @@ class AbbreviationResolver(Pipe):
                 ent._.long_form = long_form
         return doc
 
-    def _occurrences(self, doc: Doc, abbreviations: list[Abbreviation]) -> list[tuple[int, int, Abbreviation]]:
+    def _occurrences(self, doc: Doc, abbreviations: list[Abbreviation]) -> list[Occurrence]:
         """The (start, end, definition) of each short form occurrence that starts and ends on token boundaries,
         in text order, without overlaps (the longer short form wins)."""
         first: dict[str, Abbreviation] = {}
         for abbreviation in abbreviations:
             first.setdefault(abbreviation.short, abbreviation)
         if self.propagate:
-            found = [
-                (match.start(), match.end(), abbreviation)
-                for short, abbreviation in first.items()
-                for match in re.finditer(rf"(?<!\w){re.escape(short)}s?(?!\w)", doc.text)
-                if doc.char_span(match.start(), match.end()) is not None
-            ]
+            found = _find(doc, first)
         else:
             found = [(a.short_start, a.short_end, a) for a in first.values()]
-        found.sort(key=lambda occurrence: (occurrence[0], -occurrence[1]))
-        kept: list[tuple[int, int, Abbreviation]] = []
-        for occurrence in found:
-            if not kept or occurrence[0] >= kept[-1][1]:
-                kept.append(occurrence)
-        return kept
+        return _without_overlaps(found)
 
 
 @Language.factory(
     "abbreviation_resolver",
-    assigns=["doc._.abbreviations", "span._.long_form"],
-    default_config={"detector": "schwartz_hearst", "propagate": True, "expand_undefined_uppercase": False},
+    assigns=["doc._.abbreviations", "span._.long_form", "doc.ents"],
+    default_config={
+        "detector": "schwartz_hearst",
+        "propagate": True,
+        "expand_undefined_uppercase": False,
+        "clinical_abbreviations": True,
+        "label": "Disease",
+    },
 )
 def make_abbreviation_resolver(
-    nlp: Language, name: str, detector: str, propagate: bool, expand_undefined_uppercase: bool
+    nlp: Language,
+    name: str,
+    detector: str,
+    propagate: bool,
+    expand_undefined_uppercase: bool,
+    clinical_abbreviations: bool,
+    label: str,
 ) -> AbbreviationResolver:
     """Create an AbbreviationResolver (see its docstring for the settings)."""
     return AbbreviationResolver(
-        nlp.vocab, name, detector=detector, propagate=propagate, expand_undefined_uppercase=expand_undefined_uppercase
+        nlp.vocab,
+        name,
+        detector=detector,
+        propagate=propagate,
+        expand_undefined_uppercase=expand_undefined_uppercase,
+        clinical_abbreviations=clinical_abbreviations,
+        label=label,
     )
 
 
-def _expand(ent: Span, occurrences: Iterable[tuple[int, int, Abbreviation]]) -> str | None:
+def _find(doc: Doc, long_forms: dict[str, Abbreviation | str]) -> list[Occurrence]:
+    """Each occurrence of the short forms (the keys of `long_forms`), also with a plural "s", that starts and ends
+    on token boundaries."""
+    return [
+        (match.start(), match.end(), long_form)
+        for short, long_form in long_forms.items()
+        for match in re.finditer(rf"(?<!\w){re.escape(short)}s?(?!\w)", doc.text)
+        if doc.char_span(match.start(), match.end()) is not None
+    ]
+
+
+def _without_overlaps(found: list[Occurrence]) -> list[Occurrence]:
+    """The occurrences in text order, one that overlaps an earlier one dropped (of two at the same start, the
+    longer is kept)."""
+    kept: list[Occurrence] = []
+    for occurrence in sorted(found, key=lambda o: (o[0], -o[1])):
+        if not kept or occurrence[0] >= kept[-1][1]:
+            kept.append(occurrence)
+    return kept
+
+
+def _add_known(doc: Doc, defined: list[Abbreviation], occurrences: list[Occurrence], label: str) -> list[Occurrence]:
+    """Add to the occurrences of the defined short forms those of the clinical abbreviations that the doc does not
+    define and that overlap no definition nor occurrence, and make an entity of each that no entity overlaps.
+    RETURNS the occurrences, in text order."""
+    shorts = {abbreviation.short for abbreviation in defined}
+    taken = [(start, end) for start, end, _ in occurrences] + [(a.long_start, a.long_end) for a in defined]
+    known = {short: long for short, long in CLINICAL_ABBREVIATIONS.items() if short not in shorts}
+    found = _without_overlaps([o for o in _find(doc, known) if not any(o[0] < e and s < o[1] for s, e in taken)])
+    ents = list(doc.ents)
+    added = [
+        doc.char_span(start, end, label=label)
+        for start, end, _ in found
+        if not any(start < ent.end_char and ent.start_char < end for ent in ents)
+    ]
+    if added:
+        doc.ents = sorted(ents + added)
+    return _without_overlaps(occurrences + found)
+
+
+def _expand(ent: Span, occurrences: Iterable[Occurrence]) -> str | None:
     """The entity text with each short form occurrence inside it replaced by its long form, or None if there is
     none. An entity that holds a whole definition ("long form (SF)") keeps that short form as it is."""
     parts = []
     position = ent.start_char
     for start, end, abbreviation in occurrences:
         inside = ent.start_char <= start and end <= ent.end_char
-        holds_definition = ent.start_char <= abbreviation.long_start and abbreviation.long_end <= ent.end_char
+        if isinstance(abbreviation, str):  # a clinical abbreviation's listed long form
+            long, holds_definition = abbreviation, False
+        else:
+            long = abbreviation.long
+            holds_definition = ent.start_char <= abbreviation.long_start and abbreviation.long_end <= ent.end_char
         if inside and not holds_definition:
-            parts.extend((ent.doc.text[position:start], abbreviation.long))
+            parts.extend((ent.doc.text[position:start], long))
             position = end
     if not parts:
         return None
