@@ -328,7 +328,7 @@ def assemble(
     from spacy.util import get_sourced_components, load_config, load_model_from_config
 
     from .clinical.context import medspacy_available
-    from .clinical.recall import clinical_overrides
+    from .clinical.recall import add_clinical_abbreviations, clinical_overrides
     from .pipeline_io import save
 
     with show_validation_error(config, hint_fill=False):
@@ -339,6 +339,8 @@ def assemble(
                 config, overrides={**overrides, **clinical_overrides(cfg["components"])}, interpolate=False
             )
         nlp = load_model_from_config(cfg, auto_fill=True)
+    if clinical:
+        add_clinical_abbreviations(nlp)
     if (medspacy_available() if clinical is None else clinical) and "clinical_context" not in nlp.pipe_names:
         nlp.add_pipe("clinical_context")
     nlp._link_components()  # as spacy assemble: listeners are linked before initializing

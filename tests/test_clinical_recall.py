@@ -22,12 +22,15 @@ for _name in ("kb_ents", "kb_confidence"):  # set by concept_normalizer, which t
         Span.set_extension(_name, default=None)
 
 
-def _resolve(text, ents=(), **config):
+def _resolve(text, ents=(), clinical=True):
     nlp = spacy.blank("en")
-    resolver = nlp.add_pipe("abbreviation_resolver", config=config)
+    nlp.add_pipe("abbreviation_resolver")
+    if clinical:
+        nlp.add_pipe("clinical_abbreviations")
     doc = nlp.make_doc(text)
     doc.ents = [doc.char_span(text.index(e), text.index(e) + len(e), label="Disease") for e in ents]
-    doc = resolver(doc)
+    for _, component in nlp.pipeline:
+        doc = component(doc)
     return [(e.text, e.label_, e._.long_form) for e in doc.ents]
 
 
@@ -38,7 +41,7 @@ def test_undefined_clinical_abbreviations_become_entities():
         ("DM2", "Disease", "type 2 diabetes mellitus"),
         ("SOB", "Disease", "shortness of breath"),  # not "SOBER": whole tokens only
     ]
-    assert _resolve(text, clinical_abbreviations=False) == []
+    assert _resolve(text, clinical=False) == []
 
 
 def test_an_entity_holding_a_clinical_abbreviation_is_expanded_not_split():
@@ -60,6 +63,9 @@ def test_a_definition_in_the_text_wins_over_the_list():
         ("HTN", "Disease", "hypertension"),
         ("CAD resolved", "Disease", "Coronary artery dilatation resolved"),
     ]
+    nlp = spacy.blank("en")  # without the resolver before it, it finds the definitions itself
+    nlp.add_pipe("clinical_abbreviations")
+    assert [(e.text, e._.long_form) for e in nlp(text).ents] == [("HTN", "hypertension")]
 
 
 def test_the_list_leaves_out_ambiguous_short_forms():
@@ -139,7 +145,8 @@ def test_clinical_settings_on_a_config_and_on_a_loaded_pipeline(tmp_path):
     nlp.add_pipe("dictionary_matcher")
     nlp.add_pipe("abbreviation_resolver")
     nlp.add_pipe("link_filter", name="filter")
-    assert use_clinical_settings(nlp) == ["dictionary_matcher", "filter"]
+    assert use_clinical_settings(nlp) == ["clinical_abbreviations", "dictionary_matcher", "filter"]
+    assert nlp.pipe_names == ["dictionary_matcher", "abbreviation_resolver", "clinical_abbreviations", "filter"]
     assert nlp.get_pipe("dictionary_matcher").cfg["merge"] == "names"
     nlp.to_disk(tmp_path / "p")
     loaded = spacy.load(tmp_path / "p")  # each component reads its settings back
@@ -156,6 +163,7 @@ def test_assemble_clinical_turns_the_settings_on(tmp_path):
         result = CliRunner().invoke(app, ["assemble", str(config), str(tmp_path / "out"), *flags])
         assert result.exit_code == 0, result.output
         nlp = spacy.load(tmp_path / "out")
+        assert ("clinical_abbreviations" in nlp.pipe_names) is expected
         assert nlp.get_pipe("link_filter").keep_exact_names is expected
         assert nlp.config["components"]["link_filter"]["keep_exact_names"] is expected
 
@@ -173,7 +181,7 @@ def test_id_field_and_linked_right_over_every_overlapping_entity(tmp_path):
     nlp = spacy.blank("en")
     ruler = nlp.add_pipe("entity_ruler")
     ruler.add_patterns([{"label": "Disease", "pattern": p} for p in ("gout", "arthritis")])
-    nlp.add_pipe("abbreviation_resolver")
+    nlp.add_pipe("clinical_abbreviations")
     nlp.add_pipe("test_recall_link")
     text = "He has gout arthritis and HTN, no fever."
     records = [

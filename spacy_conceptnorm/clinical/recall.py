@@ -1,8 +1,10 @@
 """The settings for clinical notes: what `assemble --clinical` and `evaluate-assertion --clinical-recall` turn on.
 
-A pipeline trained and calibrated on PubMed abstracts misses conditions that clinical notes name plainly. Three
-settings of its components recover them; each changes what the pipeline finds on abstracts, so none is on by
-default (docs/clinical.md gives their effect on clinical notes and on NCBI-disease):
+A pipeline trained and calibrated on PubMed abstracts misses conditions that clinical notes name plainly. The
+`clinical_abbreviations` component (undefined clinical abbreviations: "CHF", "SOB") changes nothing on abstracts
+and is in the pipeline of configs/pipeline.cfg; these settings add it where a pipeline lacks it. Three settings
+of the other components recover more; each changes what the pipeline finds on abstracts, so none is on by default
+(docs/clinical.md gives their effect on clinical notes and on NCBI-disease):
 
 - `dictionary_matcher` `merge = "names"`: a recognizer entity that holds KB names and is not one itself gives way
   to them ("complaints of SHORTNESS OF BREATH" -> "SHORTNESS OF BREATH");
@@ -37,14 +39,33 @@ def clinical_overrides(components: dict) -> dict[str, object]:
     }
 
 
-def use_clinical_settings(nlp: Language) -> list[str]:
-    """Turn the settings on in a loaded pipeline. Each of these components saves its settings with the pipeline
-    and reads them back, so a pipeline saved after this call keeps them.
+def add_clinical_abbreviations(nlp: Language) -> str | None:
+    """Add a `clinical_abbreviations` component where the pipeline has none: after its `abbreviation_resolver`,
+    else before its `concept_normalizer`, else last.
 
     nlp (Language): The pipeline.
-    RETURNS (List[str]): The names of the components changed.
+    RETURNS (Optional[str]): The name of the component added; None if it had one.
     """
-    changed = []
+    factories = {name: nlp.get_pipe_meta(name).factory for name in nlp.pipe_names}
+    if "clinical_abbreviations" in factories.values():
+        return None
+    after = [name for name, factory in factories.items() if factory == "abbreviation_resolver"]
+    before = [name for name, factory in factories.items() if factory == "concept_normalizer"]
+    if after:
+        return nlp.add_pipe("clinical_abbreviations", after=after[0]).name
+    return nlp.add_pipe("clinical_abbreviations", before=before[0] if before else None).name
+
+
+def use_clinical_settings(nlp: Language) -> list[str]:
+    """Turn the settings on in a loaded pipeline, and add `clinical_abbreviations` where it has none. Each of these
+    components saves its settings with the pipeline and reads them back, so a pipeline saved after this call keeps
+    them.
+
+    nlp (Language): The pipeline.
+    RETURNS (List[str]): The names of the components changed or added.
+    """
+    added = add_clinical_abbreviations(nlp)
+    changed = [added] if added else []
     for name in nlp.pipe_names:
         settings = CLINICAL_SETTINGS.get(nlp.get_pipe_meta(name).factory, {})
         component = nlp.get_pipe(name)

@@ -6,10 +6,10 @@ definitions of each doc, records them in `doc._.abbreviations` and sets `span._.
 or contains as whole tokens, a defined short form, so that a later component can link "HNPCC" through
 "hereditary nonpolyposis colorectal cancer".
 
-Clinical notes use abbreviations they never define ("65M with CHF and DM2 presents with SOB"). With
-`clinical_abbreviations` the component also knows a short list of common clinical abbreviations of conditions
-(`CLINICAL_ABBREVIATIONS`): where the doc does not define such a short form, each occurrence is expanded like a
-defined one, and one that no entity overlaps becomes an entity of its own.
+Clinical notes use abbreviations they never define ("65M with CHF and DM2 presents with SOB"). The
+`clinical_abbreviations` component, after the resolver, knows a short list of common clinical abbreviations of
+conditions (`CLINICAL_ABBREVIATIONS`): where the doc does not define such a short form, it expands each occurrence
+as the resolver expands a defined one, and makes an entity of each occurrence that no entity overlaps.
 
 Two detectors: a plain-Python Schwartz & Hearst (2003) algorithm, and Ab3P (Sohn et al. 2008) through the
 optional `pyab3p` package.
@@ -245,10 +245,8 @@ class AbbreviationResolver(Pipe):
     long_start, long_end), one per definition, and `ent._.long_form` on each entity of `doc.ents` that is, or
     contains as whole tokens, a defined short form: the entity text with each short form replaced by its long
     form ("HNPCC patients" -> "hereditary nonpolyposis colorectal cancer patients"). A plural "HNPCCs" expands
-    like "HNPCC". When a short form is defined twice, the first definition is used. With `clinical_abbreviations`,
-    a short form of `CLINICAL_ABBREVIATIONS` that the doc does not define expands to its listed long form, and an
-    occurrence that no entity overlaps is added to `doc.ents` (with `label`). Otherwise tokens and `doc.ents` are
-    left as they are. The component has no learned state.
+    like "HNPCC". When a short form is defined twice, the first definition is used. Tokens and `doc.ents` are
+    left as they are, and the component has no learned state.
 
     The values are plain str/int/list/dict data in `doc.user_data` (span values keyed by character offsets), so
     they survive `DocBin(store_user_data=True)`, which reads the list back as a tuple, and `nlp.pipe(...,
@@ -263,8 +261,6 @@ class AbbreviationResolver(Pipe):
         detector: str = "schwartz_hearst",
         propagate: bool = True,
         expand_undefined_uppercase: bool = False,
-        clinical_abbreviations: bool = True,
-        label: str = "Disease",
     ) -> None:
         """Initialize the component.
 
@@ -275,9 +271,6 @@ class AbbreviationResolver(Pipe):
         expand_undefined_uppercase (bool): For an all-uppercase entity whose text no definition in the doc covers,
             use the text of the nearest earlier entity with the same label that is not itself all-uppercase
             (Mondal et al. 2019). The first occurrence decides for all occurrences of the same text.
-        clinical_abbreviations (bool): Expand the short forms of `CLINICAL_ABBREVIATIONS` that the doc does not
-            define, and make an entity of each occurrence that no entity overlaps.
-        label (str): The label of the entities it adds.
         """
         if detector not in DETECTORS:
             raise ConceptNormError(Errors.E401.format(detector=detector, choices=sorted(DETECTORS)))
@@ -288,8 +281,6 @@ class AbbreviationResolver(Pipe):
         self.detector = detector
         self.propagate = propagate
         self.expand_undefined_uppercase = expand_undefined_uppercase
-        self.clinical_abbreviations = clinical_abbreviations
-        self.label = label
 
     def __call__(self, doc: Doc) -> Doc:
         """Apply the component to a doc.
@@ -301,8 +292,6 @@ class AbbreviationResolver(Pipe):
         doc._.abbreviations = [abbreviation.to_dict() for abbreviation in abbreviations]
         occurrences = self._occurrences(doc, abbreviations)
         defined = {abbreviation.short for abbreviation in abbreviations}
-        if self.clinical_abbreviations:
-            occurrences = _add_known(doc, abbreviations, occurrences, self.label)
         guesses: dict[str, str | None] = {}
         previous: dict[str, str] = {}  # label -> text of the last entity that is not an uppercase abbreviation
         for ent in doc.ents:
@@ -331,34 +320,81 @@ class AbbreviationResolver(Pipe):
 
 @Language.factory(
     "abbreviation_resolver",
-    assigns=["doc._.abbreviations", "span._.long_form", "doc.ents"],
-    default_config={
-        "detector": "schwartz_hearst",
-        "propagate": True,
-        "expand_undefined_uppercase": False,
-        "clinical_abbreviations": True,
-        "label": "Disease",
-    },
+    assigns=["doc._.abbreviations", "span._.long_form"],
+    default_config={"detector": "schwartz_hearst", "propagate": True, "expand_undefined_uppercase": False},
 )
 def make_abbreviation_resolver(
-    nlp: Language,
-    name: str,
-    detector: str,
-    propagate: bool,
-    expand_undefined_uppercase: bool,
-    clinical_abbreviations: bool,
-    label: str,
+    nlp: Language, name: str, detector: str, propagate: bool, expand_undefined_uppercase: bool
 ) -> AbbreviationResolver:
     """Create an AbbreviationResolver (see its docstring for the settings)."""
     return AbbreviationResolver(
-        nlp.vocab,
-        name,
-        detector=detector,
-        propagate=propagate,
-        expand_undefined_uppercase=expand_undefined_uppercase,
-        clinical_abbreviations=clinical_abbreviations,
-        label=label,
+        nlp.vocab, name, detector=detector, propagate=propagate, expand_undefined_uppercase=expand_undefined_uppercase
     )
+
+
+class ClinicalAbbreviations(Pipe):
+    """Expand the clinical abbreviations a doc does not define, and make entities of them.
+
+    After `abbreviation_resolver` (whose `doc._.abbreviations` tell which short forms the doc defines; without
+    it they are found here), for each short form of `CLINICAL_ABBREVIATIONS` that the doc does not define and
+    each occurrence of it (also with a plural "s") on token boundaries that overlaps no definition: an entity
+    without a long form that holds occurrences gets `span._.long_form` ("CHF exacerbation" -> "congestive heart
+    failure exacerbation"); an occurrence that no entity overlaps becomes an entity, its long form the listed one.
+    """
+
+    def __init__(self, vocab: Vocab, name: str = "clinical_abbreviations", *, label: str = "Disease") -> None:
+        """Initialize the component.
+
+        vocab (Vocab): The shared vocabulary.
+        name (str): The component instance name.
+        label (str): The label of the entities it adds.
+        """
+        self.vocab = vocab
+        self.name = name
+        self.label = label
+
+    def __call__(self, doc: Doc) -> Doc:
+        """Apply the component to a doc.
+
+        doc (Doc): The document, with its entities set.
+        RETURNS (Doc): The same doc, with the entities added and `ent._.long_form` set.
+        """
+        found = doc._.abbreviations
+        defined = [Abbreviation(**a) for a in found] if found is not None else find_abbreviations(doc.text)
+        shorts = {abbreviation.short for abbreviation in defined}
+        taken = [(a.short_start, a.short_end) for a in defined] + [(a.long_start, a.long_end) for a in defined]
+        known = {short: long for short, long in CLINICAL_ABBREVIATIONS.items() if short not in shorts}
+        occurrences = _without_overlaps(
+            [o for o in _find(doc, known) if not any(o[0] < end and start < o[1] for start, end in taken)]
+        )
+        if not occurrences:
+            return doc
+        ents = list(doc.ents)
+        for ent in ents:
+            if not ent._.long_form:
+                long_form = _expand(ent, occurrences)
+                if long_form is not None:
+                    ent._.long_form = long_form
+        added = [
+            (doc.char_span(start, end, label=self.label), long_form)
+            for start, end, long_form in occurrences
+            if not any(start < ent.end_char and ent.start_char < end for ent in ents)
+        ]
+        if added:
+            doc.ents = sorted(ents + [span for span, _ in added])
+            for span, long_form in added:
+                span._.long_form = long_form
+        return doc
+
+
+@Language.factory(
+    "clinical_abbreviations",
+    assigns=["doc.ents", "span._.long_form"],
+    default_config={"label": "Disease"},
+)
+def make_clinical_abbreviations(nlp: Language, name: str, label: str) -> ClinicalAbbreviations:
+    """Create a ClinicalAbbreviations component (see its docstring for the settings)."""
+    return ClinicalAbbreviations(nlp.vocab, name, label=label)
 
 
 def _find(doc: Doc, long_forms: dict[str, Abbreviation | str]) -> list[Occurrence]:
@@ -380,25 +416,6 @@ def _without_overlaps(found: list[Occurrence]) -> list[Occurrence]:
         if not kept or occurrence[0] >= kept[-1][1]:
             kept.append(occurrence)
     return kept
-
-
-def _add_known(doc: Doc, defined: list[Abbreviation], occurrences: list[Occurrence], label: str) -> list[Occurrence]:
-    """Add to the occurrences of the defined short forms those of the clinical abbreviations that the doc does not
-    define and that overlap no definition nor occurrence, and make an entity of each that no entity overlaps.
-    RETURNS the occurrences, in text order."""
-    shorts = {abbreviation.short for abbreviation in defined}
-    taken = [(start, end) for start, end, _ in occurrences] + [(a.long_start, a.long_end) for a in defined]
-    known = {short: long for short, long in CLINICAL_ABBREVIATIONS.items() if short not in shorts}
-    found = _without_overlaps([o for o in _find(doc, known) if not any(o[0] < e and s < o[1] for s, e in taken)])
-    ents = list(doc.ents)
-    added = [
-        doc.char_span(start, end, label=label)
-        for start, end, _ in found
-        if not any(start < ent.end_char and ent.start_char < end for ent in ents)
-    ]
-    if added:
-        doc.ents = sorted(ents + added)
-    return _without_overlaps(occurrences + found)
 
 
 def _expand(ent: Span, occurrences: Iterable[Occurrence]) -> str | None:
