@@ -399,11 +399,13 @@ def make_clinical_abbreviations(nlp: Language, name: str, label: str) -> Clinica
 
 def _find(doc: Doc, long_forms: dict[str, Abbreviation | str]) -> list[Occurrence]:
     """Each occurrence of the short forms (the keys of `long_forms`), also with a plural "s", that starts and ends
-    on token boundaries."""
+    on token boundaries, in text order (of two short forms at the same place, the longer)."""
+    if not long_forms:
+        return []
+    shorts = "|".join(re.escape(short) for short in sorted(long_forms, key=len, reverse=True))
     return [
-        (match.start(), match.end(), long_form)
-        for short, long_form in long_forms.items()
-        for match in re.finditer(rf"(?<!\w){re.escape(short)}s?(?!\w)", doc.text)
+        (match.start(), match.end(), long_forms[match.group(1)])
+        for match in re.finditer(rf"(?<!\w)({shorts})s?(?!\w)", doc.text)
         if doc.char_span(match.start(), match.end()) is not None
     ]
 
