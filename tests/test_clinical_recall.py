@@ -148,6 +148,7 @@ def test_clinical_settings_on_a_config_and_on_a_loaded_pipeline(tmp_path):
     assert use_clinical_settings(nlp) == ["clinical_abbreviations", "dictionary_matcher", "filter"]
     assert nlp.pipe_names == ["dictionary_matcher", "abbreviation_resolver", "clinical_abbreviations", "filter"]
     assert nlp.get_pipe("dictionary_matcher").cfg["merge"] == "names"
+    assert nlp.config["components"]["filter"]["keep_exact_names"] is True
     nlp.to_disk(tmp_path / "p")
     loaded = spacy.load(tmp_path / "p")  # each component reads its settings back
     assert loaded.get_pipe("dictionary_matcher").cfg["merge"] == "names"

@@ -57,9 +57,8 @@ def add_clinical_abbreviations(nlp: Language) -> str | None:
 
 
 def use_clinical_settings(nlp: Language) -> list[str]:
-    """Turn the settings on in a loaded pipeline, and add `clinical_abbreviations` where it has none. Each of these
-    components saves its settings with the pipeline and reads them back, so a pipeline saved after this call keeps
-    them.
+    """Turn the settings on in a loaded pipeline (in its components and in `nlp.config`), and add
+    `clinical_abbreviations` where it has none. A pipeline saved after this call keeps them.
 
     nlp (Language): The pipeline.
     RETURNS (List[str]): The names of the components changed or added.
@@ -74,6 +73,7 @@ def use_clinical_settings(nlp: Language) -> list[str]:
                 component.cfg[key] = value
             else:
                 setattr(component, key, value)
+            nlp.get_pipe_config(name)[key] = value  # the object `nlp.config` is built from
         if settings:
             changed.append(name)
     return changed
