@@ -198,7 +198,7 @@ def evaluate(
 @app.command("evaluate-assertion")
 def evaluate_assertion(
     model: str = typer.Argument(..., help="Pipeline directory or package (clinical_context is added if it has none)"),
-    data: Path = typer.Argument(..., help='JSONL, a span a line: {"text", "start", "end", "status"[, "concept_id"/"id"]}'),
+    data: Path = typer.Argument(..., help='JSONL, a span a line: {"text", "start", "end", "status"[, "id"]}'),
     output: Path = typer.Option(None, "--output", help="Also write the report here (JSON)"),
     clinical_recall: bool = typer.Option(False, help="Turn on the settings for clinical notes (docs/clinical.md)"),
 ) -> None:
