@@ -9,7 +9,7 @@ linked to NIL). Entities the linker did not look at (no confidence set) stay. Th
 chose. Both thresholds are chosen on dev (`calibrate`).
 
 On clinical notes a KB name found in the text is a condition far more often than in abstracts, and a confidence
-calibrated on abstracts drops many ("pleural effusions", "hypothyroidism" at 0.81). With `keep_exact_names`, a
+calibrated on abstracts drops many ("pleural effusions", "hypothyroidism"). With `keep_exact_names`, a
 dictionary entity linked to a concept of which its text is a name is held to `min_confidence` only. A short
 all-capitals token without a long form ("HPI", "RA", "EXT": note shorthand that happens to name a rare disease)
 is not an exact name here.
