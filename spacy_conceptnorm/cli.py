@@ -198,28 +198,35 @@ def evaluate(
 @app.command("evaluate-assertion")
 def evaluate_assertion(
     model: str = typer.Argument(..., help="Pipeline directory or package (clinical_context is added if it has none)"),
-    data: Path = typer.Argument(..., help='JSONL, one span a line: {"text", "start", "end", "status"[, "concept_id"]}'),
+    data: Path = typer.Argument(..., help='JSONL, a span a line: {"text", "start", "end", "status"[, "id"]}'),
     output: Path = typer.Option(None, "--output", help="Also write the report here (JSON)"),
+    clinical_recall: bool = typer.Option(False, help="Turn on the settings for clinical notes (docs/clinical.md)"),
 ) -> None:
     """Assertion status on your annotated clinical text: per status precision/recall (on the annotated spans), and
     how many of the spans the pipeline recognized and linked."""
     from .clinical.evaluate import evaluate_assertions, read_annotated_spans
+    from .clinical.recall import use_clinical_settings
     from .errors import ConceptNormError
     from .pipeline_io import load
     from .util import write_json
 
     try:
-        report = evaluate_assertions(load(model), read_annotated_spans(data))
+        nlp = load(model)
+        if clinical_recall:
+            use_clinical_settings(nlp)
+        report = evaluate_assertions(nlp, read_annotated_spans(data))
     except ConceptNormError as e:
         typer.echo(f"Error: {e}", err=True)
         raise typer.Exit(1) from None
     typer.echo(f"{report['spans']} spans in {report['texts']} texts: accuracy {100 * report['accuracy']:.2f}")
     for status, r in report["statuses"].items():
         typer.echo(f"  {status:<12} n={r['support']:<5} P {100 * r['precision']:6.2f}  R {100 * r['recall']:6.2f}")
-    rec = report["recognition"]
-    right = f", linked right {rec['linked_right']} of {rec['with_concept_id']}" if rec["with_concept_id"] else ""
-    found = f"recognized {rec['recognized']} of {report['spans']} ({rec['exact']} exact), linked {rec['linked']}"
-    typer.echo(found + right)
+    rec, n = report["recognition"], report["spans"]
+    found = f"recognized {rec['recognized']} of {n} ({100 * rec['recognized'] / n:.1f}%, {rec['exact']} exact)"
+    typer.echo(f"{found}, linked {rec['linked']}")
+    if rec["with_concept_id"]:
+        right = rec["linked_right"]
+        typer.echo(f"linked right {right} of {rec['with_concept_id']} ({100 * right / rec['with_concept_id']:.1f}%)")
     if output:
         write_json(output, report)
         typer.echo(f"-> {output}")
@@ -306,22 +313,34 @@ def assemble(
     config: Path = typer.Argument(..., help="Pipeline config, e.g. configs/pipeline.cfg", exists=True, dir_okay=False),
     output: Path = typer.Argument(..., help="Pipeline directory to write; an existing one is replaced whole"),
     clinical: bool = typer.Option(
-        None, "--clinical/--no-clinical", help="Add clinical_context last (default: where medspaCy is installed)"
+        None,
+        "--clinical/--no-clinical",
+        help="A pipeline for clinical notes: clinical_context and the settings of docs/clinical.md (default: "
+        "clinical_context alone, where medspaCy is installed)",
     ),
 ) -> None:
     """Assemble a pipeline from a config as `spacy assemble` does (sourced components, the initialize section),
     but write it beside OUTPUT and swap it in only once saved: a failed run leaves the previous pipeline intact.
     Override config values as `spacy assemble` does: --paths.ner training/ner/model-best. The assertion status
-    (clinical_context, after linking) is added where the `assertion` extra and medspaCy are installed."""
+    (clinical_context, after linking) is added where the `assertion` extra and medspaCy are installed; --clinical
+    also turns on the settings for clinical notes."""
     from spacy.cli._util import parse_config_overrides, show_validation_error
     from spacy.util import get_sourced_components, load_config, load_model_from_config
 
     from .clinical.context import medspacy_available
+    from .clinical.recall import add_clinical_abbreviations, clinical_overrides
     from .pipeline_io import save
 
     with show_validation_error(config, hint_fill=False):
-        cfg = load_config(config, overrides=parse_config_overrides(ctx.args), interpolate=False)
+        overrides = parse_config_overrides(ctx.args)
+        cfg = load_config(config, overrides=overrides, interpolate=False)
+        if clinical:
+            cfg = load_config(
+                config, overrides={**overrides, **clinical_overrides(cfg["components"])}, interpolate=False
+            )
         nlp = load_model_from_config(cfg, auto_fill=True)
+    if clinical:
+        add_clinical_abbreviations(nlp)
     if (medspacy_available() if clinical is None else clinical) and "clinical_context" not in nlp.pipe_names:
         nlp.add_pipe("clinical_context")
     nlp._link_components()  # as spacy assemble: listeners are linked before initializing

@@ -338,7 +338,8 @@ def test_assemble_sources_the_ner_and_packages_with_our_requirement(corpus, ner_
 
     nlp = spacy.load(output)
     assert nlp.pipe_names == [
-        "ner", "dictionary_matcher", "abbreviation_resolver", "composite_splitter", "concept_normalizer", "link_filter",
+        "ner", "dictionary_matcher", "abbreviation_resolver", "clinical_abbreviations", "composite_splitter",
+        "concept_normalizer", "link_filter",
     ]  # fmt: skip
     # the ner owns a copy of its tok2vec (sourced with replace_listeners): it runs with no tok2vec component
     assert not any(isinstance(layer, Tok2VecListener) for layer in nlp.get_pipe("ner").model.walk())

@@ -2,7 +2,7 @@
 
 The input is a JSONL file, one annotated span a line: `{"text": ..., "start": ..., "end": ..., "status": ...}`,
 `status` one of negated, family, hypothetical, uncertain, historical or affirmed (`context.STATUSES`), and an
-optional `concept_id`. Lines with the same text are one document.
+optional gold concept id, `concept_id` (or `id`). Lines with the same text are one document.
 
 Two things are measured, apart:
 
@@ -10,8 +10,9 @@ Two things are measured, apart:
   entities, and the pipeline's `clinical_context` run over it, so a span the recognizer missed still counts; per
   status precision, recall and F1, the accuracy over all spans and the confusion of gold and predicted status;
 - recognition and linking: the pipeline up to `clinical_context` runs on each text; a span is recognized if an
-  entity overlaps it (`exact`: with the same offsets), linked if that entity has a concept id, and linked right if
-  the id is the span's `concept_id` (counted over the spans that give one).
+  entity overlaps it (`exact`: the entity that overlaps it most has the same offsets), linked if that entity has a
+  concept id, and linked right if an entity that overlaps it is linked to the span's concept id (counted over the
+  spans that give one).
 """
 
 from __future__ import annotations
@@ -62,7 +63,9 @@ def read_annotated_spans(path: str | Path) -> list[AnnotatedSpan]:
                 raise ValueError(f"start {start} and end {end} are not a span of the {len(text)}-character text")
             if status not in STATUSES:
                 raise ValueError(f"status {status!r} is not one of {', '.join(STATUSES)}")
-            concept_id = record.get("concept_id")
+            concept_id = record.get("concept_id", record.get("id"))
+            if "concept_id" in record and "id" in record and record["id"] != concept_id:
+                raise ValueError(f"concept_id {concept_id!r} and id {record['id']!r} differ")
         except (ValueError, KeyError, TypeError) as e:
             detail = f"{type(e).__name__}: {e}"
             raise ConceptNormError(Errors.E622.format(path=path, line=line, detail=detail)) from None
@@ -150,11 +153,10 @@ def evaluate_assertions(nlp: Language, spans: list[AnnotatedSpan], batch_size: i
                 if not overlap:
                     continue
                 ent = max(overlap, key=lambda x: x[0])[1]
-                linked = ent.kb_id_ not in ("", NIL)
                 counts["recognized"] += 1
                 counts["exact"] += (ent.start_char, ent.end_char) == (s.start, s.end)
-                counts["linked"] += linked
-                counts["linked_right"] += s.concept_id is not None and ent.kb_id_ == s.concept_id
+                counts["linked"] += ent.kb_id_ not in ("", NIL)
+                counts["linked_right"] += s.concept_id is not None and any(e.kb_id_ == s.concept_id for _, e in overlap)
     recognition = {k: counts[k] for k in ("recognized", "exact", "linked")}
     recognition["with_concept_id"] = sum(s.concept_id is not None for s in spans)
     recognition["linked_right"] = counts["linked_right"]

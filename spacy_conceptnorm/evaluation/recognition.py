@@ -46,13 +46,15 @@ def tune_link_filter(nlp: Language, dev_docs: list[Doc], grid: tuple[float, ...]
     def keep(trial: LinkFilter) -> Callable[[Span], bool]:
         return lambda ent: trial.keeps(ent, (ent.start, ent.end) in dictionary_offsets(ent.doc, trial.spans_key))
 
-    spans_key = link_filter.spans_key
+    spans_key, exact = link_filter.spans_key, link_filter.keep_exact_names
     scores = {
         (t, d): score_docs(
             dev_docs,
             predicted,
             kb,
-            keep=keep(LinkFilter(min_confidence=t, min_confidence_dictionary=d, spans_key=spans_key)),
+            keep=keep(
+                LinkFilter(min_confidence=t, min_confidence_dictionary=d, spans_key=spans_key, keep_exact_names=exact)
+            ),
         )
         for t in grid
         for d in grid

@@ -6,6 +6,11 @@ definitions of each doc, records them in `doc._.abbreviations` and sets `span._.
 or contains as whole tokens, a defined short form, so that a later component can link "HNPCC" through
 "hereditary nonpolyposis colorectal cancer".
 
+Clinical notes use abbreviations they never define ("65M with CHF and DM2 presents with SOB"). The
+`clinical_abbreviations` component, after the resolver, knows a short list of common clinical abbreviations of
+conditions (`CLINICAL_ABBREVIATIONS`): where the doc does not define such a short form, it expands each occurrence
+as the resolver expands a defined one, and makes an entity of each occurrence that no entity overlaps.
+
 Two detectors: a plain-Python Schwartz & Hearst (2003) algorithm, and Ab3P (Sohn et al. 2008) through the
 optional `pyab3p` package.
 """
@@ -184,6 +189,49 @@ def find_abbreviations_ab3p(text: str) -> list[Abbreviation]:
     return sorted(found, key=lambda a: a.short_start)
 
 
+# Common clinical abbreviations of conditions and their usual expansion in clinical notes, written for this package
+# from common clinical usage; each expansion is a name of the condition in MEDIC (CTD's disease vocabulary), so that
+# the linker finds it. An abbreviation with another frequent sense is left out: in notes PE (physical exam), RA
+# (room air), MS (mental status), CP, CA, ED, HA, AS, AF; in the literature DM and DM1 (myotonic dystrophy).
+CLINICAL_ABBREVIATIONS: dict[str, str] = {
+    "ACS": "acute coronary syndrome",
+    "AFib": "atrial fibrillation",
+    "Afib": "atrial fibrillation",
+    "afib": "atrial fibrillation",
+    "A-fib": "atrial fibrillation",
+    "AKI": "acute kidney injury",
+    "BPH": "benign prostatic hyperplasia",
+    "CAD": "coronary artery disease",
+    "CHF": "congestive heart failure",
+    "CKD": "chronic kidney disease",
+    "CVA": "stroke",
+    "DM2": "type 2 diabetes mellitus",
+    "DVT": "deep vein thrombosis",
+    "GIB": "gastrointestinal hemorrhage",
+    "HCV": "hepatitis C",
+    "HF": "heart failure",
+    "HLD": "hyperlipidemia",
+    "HTN": "hypertension",
+    "LBP": "low back pain",
+    "MDD": "major depressive disorder",
+    "MI": "myocardial infarction",
+    "OA": "osteoarthritis",
+    "OSA": "obstructive sleep apnea",
+    "PAD": "peripheral arterial disease",
+    "PNA": "pneumonia",
+    "PVD": "peripheral vascular disease",
+    "SOB": "shortness of breath",
+    "T1DM": "type 1 diabetes mellitus",
+    "T2DM": "type 2 diabetes mellitus",
+    "TIA": "transient ischemic attack",
+    "UTI": "urinary tract infection",
+}
+
+# A short form's occurrence: its start and end character offsets, and its definition in the text or, for a
+# clinical abbreviation the text does not define, its listed long form.
+Occurrence = tuple[int, int, Abbreviation | str]
+
+
 DETECTORS: dict[str, Callable[[str], list[Abbreviation]]] = {
     "schwartz_hearst": find_abbreviations,
     "ab3p": find_abbreviations_ab3p,
@@ -240,15 +288,14 @@ class AbbreviationResolver(Pipe):
         doc (Doc): The document, with its entities set.
         RETURNS (Doc): The same doc, with `doc._.abbreviations` and `ent._.long_form` set.
         """
-        text = doc.text  # spaCy joins the tokens' texts anew at each `doc.text`
-        abbreviations = DETECTORS[self.detector](text)
+        abbreviations = DETECTORS[self.detector](doc.text)
         doc._.abbreviations = [abbreviation.to_dict() for abbreviation in abbreviations]
-        occurrences = self._occurrences(doc, text, abbreviations)
+        occurrences = self._occurrences(doc, abbreviations)
         defined = {abbreviation.short for abbreviation in abbreviations}
         guesses: dict[str, str | None] = {}
         previous: dict[str, str] = {}  # label -> text of the last entity that is not an uppercase abbreviation
         for ent in doc.ents:
-            long_form = _expand(ent, text, occurrences)
+            long_form = _expand(ent, occurrences)
             uppercase = _is_uppercase_abbreviation(ent.text)
             if long_form is None and uppercase and self.expand_undefined_uppercase and ent.text not in defined:
                 long_form = guesses.setdefault(ent.text, previous.get(ent.label_))
@@ -258,29 +305,17 @@ class AbbreviationResolver(Pipe):
                 ent._.long_form = long_form
         return doc
 
-    def _occurrences(
-        self, doc: Doc, text: str, abbreviations: list[Abbreviation]
-    ) -> list[tuple[int, int, Abbreviation]]:
+    def _occurrences(self, doc: Doc, abbreviations: list[Abbreviation]) -> list[Occurrence]:
         """The (start, end, definition) of each short form occurrence that starts and ends on token boundaries,
         in text order, without overlaps (the longer short form wins)."""
         first: dict[str, Abbreviation] = {}
         for abbreviation in abbreviations:
             first.setdefault(abbreviation.short, abbreviation)
         if self.propagate:
-            found = [
-                (match.start(), match.end(), abbreviation)
-                for short, abbreviation in first.items()
-                for match in re.finditer(rf"(?<!\w){re.escape(short)}s?(?!\w)", text)
-                if doc.char_span(match.start(), match.end()) is not None
-            ]
+            found = _find(doc, first)
         else:
             found = [(a.short_start, a.short_end, a) for a in first.values()]
-        found.sort(key=lambda occurrence: (occurrence[0], -occurrence[1]))
-        kept: list[tuple[int, int, Abbreviation]] = []
-        for occurrence in found:
-            if not kept or occurrence[0] >= kept[-1][1]:
-                kept.append(occurrence)
-        return kept
+        return _without_overlaps(found)
 
 
 @Language.factory(
@@ -297,21 +332,112 @@ def make_abbreviation_resolver(
     )
 
 
-def _expand(ent: Span, text: str, occurrences: Iterable[tuple[int, int, Abbreviation]]) -> str | None:
+class ClinicalAbbreviations(Pipe):
+    """Expand the clinical abbreviations a doc does not define, and make entities of them.
+
+    After `abbreviation_resolver` (whose `doc._.abbreviations` tell which short forms the doc defines; without
+    it they are found here), for each short form of `CLINICAL_ABBREVIATIONS` that the doc does not define and
+    each occurrence of it (also with a plural "s") on token boundaries that overlaps no definition: an entity
+    without a long form that holds occurrences gets `span._.long_form` ("CHF exacerbation" -> "congestive heart
+    failure exacerbation"); an occurrence that no entity overlaps becomes an entity, its long form the listed one.
+    """
+
+    def __init__(self, vocab: Vocab, name: str = "clinical_abbreviations", *, label: str = "Disease") -> None:
+        """Initialize the component.
+
+        vocab (Vocab): The shared vocabulary.
+        name (str): The component instance name.
+        label (str): The label of the entities it adds.
+        """
+        self.vocab = vocab
+        self.name = name
+        self.label = label
+
+    def __call__(self, doc: Doc) -> Doc:
+        """Apply the component to a doc.
+
+        doc (Doc): The document, with its entities set.
+        RETURNS (Doc): The same doc, with the entities added and `ent._.long_form` set.
+        """
+        found = doc._.abbreviations
+        defined = [Abbreviation(**a) for a in found] if found is not None else find_abbreviations(doc.text)
+        shorts = {abbreviation.short for abbreviation in defined}
+        taken = [(a.short_start, a.short_end) for a in defined] + [(a.long_start, a.long_end) for a in defined]
+        known = {short: long for short, long in CLINICAL_ABBREVIATIONS.items() if short not in shorts}
+        occurrences = _without_overlaps(
+            [o for o in _find(doc, known) if not any(o[0] < end and start < o[1] for start, end in taken)]
+        )
+        if not occurrences:
+            return doc
+        ents = list(doc.ents)
+        for ent in ents:
+            if not ent._.long_form:
+                long_form = _expand(ent, occurrences)
+                if long_form is not None:
+                    ent._.long_form = long_form
+        added = [
+            (doc.char_span(start, end, label=self.label), long_form)
+            for start, end, long_form in occurrences
+            if not any(start < ent.end_char and ent.start_char < end for ent in ents)
+        ]
+        if added:
+            doc.ents = sorted(ents + [span for span, _ in added])
+            for span, long_form in added:
+                span._.long_form = long_form
+        return doc
+
+
+@Language.factory(
+    "clinical_abbreviations",
+    assigns=["doc.ents", "span._.long_form"],
+    default_config={"label": "Disease"},
+)
+def make_clinical_abbreviations(nlp: Language, name: str, label: str) -> ClinicalAbbreviations:
+    """Create a ClinicalAbbreviations component (see its docstring for the settings)."""
+    return ClinicalAbbreviations(nlp.vocab, name, label=label)
+
+
+def _find(doc: Doc, long_forms: dict[str, Abbreviation | str]) -> list[Occurrence]:
+    """Each occurrence of the short forms (the keys of `long_forms`), also with a plural "s", that starts and ends
+    on token boundaries, in text order (of two short forms at the same place, the longer)."""
+    if not long_forms:
+        return []
+    shorts = "|".join(re.escape(short) for short in sorted(long_forms, key=len, reverse=True))
+    return [
+        (match.start(), match.end(), long_forms[match.group(1)])
+        for match in re.finditer(rf"(?<!\w)({shorts})s?(?!\w)", doc.text)
+        if doc.char_span(match.start(), match.end()) is not None
+    ]
+
+
+def _without_overlaps(found: list[Occurrence]) -> list[Occurrence]:
+    """The occurrences in text order, one that overlaps an earlier one dropped (of two at the same start, the
+    longer is kept)."""
+    kept: list[Occurrence] = []
+    for occurrence in sorted(found, key=lambda o: (o[0], -o[1])):
+        if not kept or occurrence[0] >= kept[-1][1]:
+            kept.append(occurrence)
+    return kept
+
+
+def _expand(ent: Span, occurrences: Iterable[Occurrence]) -> str | None:
     """The entity text with each short form occurrence inside it replaced by its long form, or None if there is
-    none (`text`: the doc's). An entity that holds a whole definition ("long form (SF)") keeps that short form as
-    it is."""
+    none. An entity that holds a whole definition ("long form (SF)") keeps that short form as it is."""
     parts = []
     position = ent.start_char
     for start, end, abbreviation in occurrences:
         inside = ent.start_char <= start and end <= ent.end_char
-        holds_definition = ent.start_char <= abbreviation.long_start and abbreviation.long_end <= ent.end_char
+        if isinstance(abbreviation, str):  # a clinical abbreviation's listed long form
+            long, holds_definition = abbreviation, False
+        else:
+            long = abbreviation.long
+            holds_definition = ent.start_char <= abbreviation.long_start and abbreviation.long_end <= ent.end_char
         if inside and not holds_definition:
-            parts.extend((text[position:start], abbreviation.long))
+            parts.extend((ent.doc.text[position:start], long))
             position = end
     if not parts:
         return None
-    return "".join(parts) + text[position : ent.end_char]
+    return "".join(parts) + ent.doc.text[position : ent.end_char]
 
 
 def _is_uppercase_abbreviation(text: str) -> bool:

@@ -6,7 +6,11 @@ every name, as spaCy's `PhraseMatcher` finds them), keeps the longest of overlap
 the entities already set:
 
 - `merge = "longest"`: of overlapping entities and matches, the longest span wins (ties: the entity);
-- `merge = "fill"`: a match is added only where no entity overlaps it.
+- `merge = "fill"`: a match is added only where no entity overlaps it;
+- `merge = "names"`: as "longest", but an entity that is not itself a match and holds matches is replaced by them.
+  For clinical notes, where the recognizer trained on abstracts takes in words around a condition ("complaints of
+  SHORTNESS OF BREATH", "RLQ ABDOMINAL PAIN", "urinary incontinence develop") and the longer span links with a low
+  confidence.
 
 The entities it added (a match that became an entity where the recognizer had none with its exact span) are also
 kept in `doc.spans[spans_key]` ("dictionary"), as spaCy's `span_ruler` keeps its matches: `link_filter` can hold
@@ -39,7 +43,7 @@ from ..errors import ConceptNormError, Errors
 from ..kb import ONTOLOGY, KnowledgeBase
 from ..util import write_json, write_msgpack
 
-MERGES = ("longest", "fill")
+MERGES = ("longest", "fill", "names")
 NAMES_FILE = "names.json"
 PATTERNS_FILE = "patterns.msgpack"
 
@@ -66,7 +70,7 @@ class DictionaryMatcher(Pipe):
         name (str): The component's name.
         label (str): The label of the entities it adds.
         attr (str): The token attribute matched ("LOWER": case-insensitive; "ORTH": exact).
-        merge (str): "longest" or "fill" (see the module docstring).
+        merge (str): "longest", "fill" or "names" (see the module docstring).
         min_precision (float): The share of a name's matches in the training docs that must be gold entities.
         keep_unseen (bool): Keep the names never matched in the training docs.
         min_length (int): Names shorter than this many characters are left out.
@@ -127,6 +131,8 @@ class DictionaryMatcher(Pipe):
                     taken[ent.start : ent.end] = [True] * len(ent)
                 ents += [span for span in found if not any(taken[span.start : span.end])]
             else:
+                if self.cfg["merge"] == "names":
+                    ents = [ent for ent in ents if not holds_names(ent, found)]
                 ents = filter_spans(ents + found)  # longest first; on a tie, the earlier in the list: the entity
             doc.ents = sorted(ents)
         if self.cfg["spans_key"] is not None:
@@ -262,6 +268,12 @@ class DictionaryMatcher(Pipe):
             raise ConceptNormError(Errors.E411.format(path=source, detail=e)) from None
         self._set_patterns(names, hashes, lengths)
         return self
+
+
+def holds_names(ent: Span, found: list[Span]) -> bool:
+    """Whether the entity holds a match (`found`) inside it and is not one itself."""
+    inside = [(m.start, m.end) for m in found if ent.start <= m.start and m.end <= ent.end]
+    return bool(inside) and (ent.start, ent.end) not in inside
 
 
 # Hand-written instead of spaCy's `PhraseMatcher`: its `add` builds a trie from one Python list per name, so loading

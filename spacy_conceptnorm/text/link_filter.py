@@ -7,6 +7,12 @@ linked to NIL). Entities the linker did not look at (no confidence set) stay. Th
 `dictionary_matcher` added (its `doc.spans["dictionary"]`) can be held to a threshold of their own,
 `min_confidence_dictionary`: a KB name found in the text is a disease less often than a span the recognizer
 chose. Both thresholds are chosen on dev (`calibrate`).
+
+On clinical notes a KB name found in the text is a condition far more often than in abstracts, and a confidence
+calibrated on abstracts drops many ("pleural effusions", "hypothyroidism"). With `keep_exact_names`, a
+dictionary entity linked to a concept of which its text is a name is held to `min_confidence` only. A short
+all-capitals token without a long form ("HPI", "RA", "EXT": note shorthand that happens to name a rare disease)
+is not an exact name here.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ class LinkFilter:
         drop_nil: bool = False,
         min_confidence_dictionary: float | None = None,
         spans_key: str = "dictionary",
+        keep_exact_names: bool = False,
     ) -> None:
         """Initialize the component.
 
@@ -46,6 +53,8 @@ class LinkFilter:
         min_confidence_dictionary (Optional[float]): The threshold of the entities in `doc.spans[spans_key]` (those
             the dictionary_matcher added); None: `min_confidence`, as for every entity.
         spans_key (str): The `doc.spans` key of the dictionary's entities.
+        keep_exact_names (bool): Hold the dictionary's entities that are exact names of their concept (see the
+            module docstring) to `min_confidence`.
         """
         for key, value in (
             ("min_confidence", min_confidence),
@@ -58,6 +67,7 @@ class LinkFilter:
         self.drop_nil = drop_nil
         self.min_confidence_dictionary = min_confidence_dictionary
         self.spans_key = spans_key
+        self.keep_exact_names = keep_exact_names
 
     def __call__(self, doc: Doc) -> Doc:
         """Apply the component to a linked doc.
@@ -78,7 +88,8 @@ class LinkFilter:
             return False
         threshold = self.min_confidence
         if from_dictionary and self.min_confidence_dictionary is not None:
-            threshold = self.min_confidence_dictionary
+            if not (self.keep_exact_names and is_exact_name(ent)):
+                threshold = self.min_confidence_dictionary
         return confidence is None or confidence >= threshold
 
     def to_disk(self, path: str | Path, *, exclude: Iterable[str] = ()) -> None:
@@ -117,10 +128,13 @@ class LinkFilter:
             "drop_nil": self.drop_nil,
             "min_confidence_dictionary": self.min_confidence_dictionary,
             "spans_key": self.spans_key,
+            "keep_exact_names": self.keep_exact_names,
         }
 
     def _set_settings(self, data: object, source: object) -> LinkFilter:
-        if not isinstance(data, dict) or set(data) != set(self.settings()):
+        keys = set(self.settings())
+        # a pipeline saved before keep_exact_names existed lacks that key
+        if not isinstance(data, dict) or not keys - {"keep_exact_names"} <= set(data) <= keys:
             raise ConceptNormError(
                 Errors.E412.format(path=source, detail=f"expected the keys {sorted(self.settings())}")
             )
@@ -130,6 +144,17 @@ class LinkFilter:
             raise ConceptNormError(Errors.E412.format(path=source, detail=e)) from None
         self.__dict__.update(loaded.__dict__)
         return self
+
+
+def is_exact_name(ent: Span) -> bool:
+    """Whether the linked entity's text (or its long form, where the linker searched that) is a name of the concept
+    it is linked to: the linker's top candidate is that concept with a cosine of exactly 1, which a query equal to
+    a known name gets (it reuses the name's vector). A short all-capitals token without a long form is not."""
+    candidates = ent._.kb_ents if Span.has_extension("kb_ents") else None
+    if not candidates or candidates[0][0] != ent.kb_id_ or candidates[0][1] < 1.0:
+        return False
+    long_form = ent._.long_form if Span.has_extension("long_form") else None
+    return bool(long_form) or not (len(ent) == 1 and len(ent.text) <= 4 and not any(c.islower() for c in ent.text))
 
 
 def dictionary_offsets(doc: Doc, spans_key: str) -> set[tuple[int, int]]:
@@ -146,6 +171,7 @@ def dictionary_offsets(doc: Doc, spans_key: str) -> set[tuple[int, int]]:
         "drop_nil": False,
         "min_confidence_dictionary": None,
         "spans_key": "dictionary",
+        "keep_exact_names": False,
     },
 )
 def make_link_filter(
@@ -155,6 +181,7 @@ def make_link_filter(
     drop_nil: bool,
     min_confidence_dictionary: float | None,
     spans_key: str,
+    keep_exact_names: bool,
 ) -> LinkFilter:
     """Create a LinkFilter (see its docstring for the settings)."""
     return LinkFilter(
@@ -163,4 +190,5 @@ def make_link_filter(
         drop_nil=drop_nil,
         min_confidence_dictionary=min_confidence_dictionary,
         spans_key=spans_key,
+        keep_exact_names=keep_exact_names,
     )
