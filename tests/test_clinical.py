@@ -93,6 +93,31 @@ def test_note_statuses_scope_and_sections(nlp):
     ]  # fmt: skip
 
 
+def test_report_layout_cues_and_paragraphs():
+    """ALL-CAPS report sentences, "X: no Y" and "Y: no", "possibly", "PMH of", a family history followed by a new
+    paragraph without a heading."""
+    terms = ["pleural effusion", "pneumothorax", "abscess", "diverticulosis", "diverticulitis", "edema", "fever",
+             "pneumonia", "asthma", "gout", "breast cancer", "headache", "back pain"]  # fmt: skip
+    nlp = ruler_pipeline({t: "NIL" for t in terms})
+    report = (
+        "LUNG BASES: NO PLEURAL EFFUSION OR PNEUMOTHORAX.\n"
+        "BOWEL: THE APPENDIX IS DILATED TO 12 MM WITH FAT STRANDING. NO ABSCESS. SCATTERED DIVERTICULOSIS WITHOUT "
+        "DIVERTICULITIS.\n"
+    )
+    assert statuses(nlp(report)) == {
+        "PLEURAL EFFUSION": "negated",  # ": NO" reaches forward
+        "PNEUMOTHORAX": "negated",
+        "ABSCESS": "negated",
+        "DIVERTICULOSIS": "affirmed",  # a sentence of its own, out of "NO"'s reach
+        "DIVERTICULITIS": "negated",
+    }
+    doc = nlp("EXT: no edema.\nFever: no.\nAsthma, possibly pneumonia.\nPMH of gout.")
+    assert statuses(doc) == {"edema": "negated", "Fever": "negated", "Asthma": "affirmed",
+                             "pneumonia": "uncertain", "gout": "historical"}  # fmt: skip
+    doc = nlp("FAMILY HISTORY: Mother had breast cancer. Father with headache.\n\nShe complains of back pain.")
+    assert statuses(doc) == {"breast cancer": "family", "headache": "family", "back pain": "affirmed"}
+
+
 def test_entities_and_links_are_left_as_they_were(nlp):
     without = ruler_pipeline(context=False)(NOTE)
     doc = nlp(NOTE)

@@ -51,9 +51,14 @@ EXTRA_SECTIONS = (
     ("Return Precautions:", "patient_instructions"),
 )
 # Cues that medspaCy's default ConText rules lack or read wrong, from the NegEx/ConText cue lists: "cannot
-# exclude X" is uncertain (the default reads "exclude" as negation), and "is negative for X" negates what follows
-# (the default's backward "is negative" wins the overlap). (literal, category, direction, pattern)
+# exclude X" is uncertain (the default reads "exclude" as negation), "is negative for X" negates what follows
+# (the default's backward "is negative" wins the overlap), "possibly" is uncertain as "possible" is, "PMH of X"
+# historical as "history of X" is, and "EXT: no edema" negates what follows as "Fever: no" negates what goes before
+# (the default's ": no" looks backward only). (literal, category, direction, pattern)
 EXTRA_CUES = (
+    (": no", "NEGATED_EXISTENCE", "BIDIRECTIONAL", None),
+    ("possibly", "POSSIBLE_EXISTENCE", "FORWARD", None),
+    ("pmh", "HISTORICAL", "FORWARD", None),
     ("cannot exclude", "POSSIBLE_EXISTENCE", "FORWARD", None),
     ("cannot be excluded", "POSSIBLE_EXISTENCE", "BACKWARD", None),
     ("cannot rule out", "POSSIBLE_EXISTENCE", "FORWARD", None),
@@ -127,6 +132,30 @@ def serializable(doc: Doc) -> None:
                 token._.section = None
 
 
+def split_capital_sentences(doc: Doc) -> None:
+    """Start a sentence after a full stop that ends a word of three letters or more and is followed by a word in
+    capitals: PyRuSH keeps "FAT STRANDING. NO ABSCESS. SCATTERED DIVERTICULOSIS" of an ALL-CAPS report as one
+    sentence, so that "NO" would reach the findings after it."""
+    for token in doc[1:-1]:
+        before, after = doc[token.i - 1], doc[token.i + 1]
+        if token.text == "." and token.whitespace_ and before.is_alpha and len(before) >= 3:
+            if after.is_alpha and after.is_upper:
+                after.is_sent_start = True
+
+
+def end_section_attributes_at_blank_lines(doc: Doc, mapping: dict[str, dict[str, bool]]) -> None:
+    """Undo a section's assertion attributes (`mapping`: category -> attributes, the sectionizer's) on the entities
+    after the first blank line under its heading: a note often goes on about the patient in a new paragraph without
+    a heading ("FAMILY HISTORY: Mother with X.\n\nToday she complains of Y"). Cues (ConText, after) still apply."""
+    for ent in doc.ents:
+        section = ent._.section
+        if section is None or section.category not in mapping:
+            continue
+        if any(t.is_space and t.text.count("\n") > 1 for t in doc[section.body_start : ent.start]):
+            for attr, value in mapping[section.category].items():
+                ent._.set(attr, not value)
+
+
 class ClinicalContext:
     """Set medspaCy's assertion attributes and `ent._.assertion` on every entity (see the module docstring)."""
 
@@ -160,8 +189,11 @@ class ClinicalContext:
             # a heading starts a sentence (PyRuSH joins "2. GOUT\nFAMILY HISTORY: ..." for want of a full stop)
             self.sectionizer = Sectionizer(nlp, name=f"{name}.sectionizer", apply_sentence_boundary=split_sentences)
             self.sectionizer.add([SectionRule(literal, category) for literal, category in EXTRA_SECTIONS])
-        self.context = ConText(nlp, name=f"{name}.context")
-        self.context.add([ConTextRule(lit, cat, pattern=pat, direction=d) for lit, cat, d, pat in EXTRA_CUES])
+        self.context = ConText(nlp, name=f"{name}.context", rules=None)
+        extra = [ConTextRule(lit, cat, pattern=pat, direction=d) for lit, cat, d, pat in EXTRA_CUES]
+        replaced = {rule.literal for rule in extra}
+        defaults = ConTextRule.from_json(self.context.DEFAULT_RULES_FILEPATH)
+        self.context.add([rule for rule in defaults if rule.literal not in replaced] + extra)
 
     def __call__(self, doc: Doc) -> Doc:
         """Apply the component.
@@ -171,10 +203,12 @@ class ClinicalContext:
         """
         if self.sentencizer is not None:
             doc = self.sentencizer(doc)
+            split_capital_sentences(doc)
         elif not doc.has_annotation("SENT_START"):
             raise ConceptNormError(Errors.E621.format(component=self.name))
         if self.sectionizer is not None:
             doc = self.sectionizer(doc)
+            end_section_attributes_at_blank_lines(doc, self.sectionizer.assertion_attributes_mapping)
         doc = self.context(doc)
         serializable(doc)
         for ent in doc.ents:
