@@ -350,6 +350,31 @@ def assemble(
     typer.echo(f"{' -> '.join(nlp.pipe_names)} -> {output}")
 
 
+@app.command("clinical")
+def clinical(
+    model: str = typer.Argument(..., help="Pipeline directory or package, e.g. training/pipeline"),
+    output: Path = typer.Argument(..., help="Pipeline directory to write; an existing one is replaced whole"),
+) -> None:
+    """Save a copy of a pipeline for clinical notes: clinical_abbreviations and the settings for clinical notes
+    (docs/clinical.md), and clinical_context last where medspaCy is installed."""
+    from .clinical.context import medspacy_available
+    from .clinical.recall import use_clinical_settings
+    from .errors import ConceptNormError
+    from .pipeline_io import load, save
+
+    try:
+        nlp = load(model)
+        use_clinical_settings(nlp)
+        if medspacy_available() and "clinical_context" not in nlp.pipe_names:
+            nlp.add_pipe("clinical_context")
+        save(nlp, output)
+    except (ConceptNormError, OSError) as e:  # OSError: spaCy's E050, no pipeline there
+        typer.echo(f"Error: {e}", err=True)
+        raise typer.Exit(1) from None
+    missing = "" if "clinical_context" in nlp.pipe_names else " (no clinical_context: medspaCy is not installed)"
+    typer.echo(f"{' -> '.join(nlp.pipe_names)} -> {output}{missing}")
+
+
 @app.command("cluster")
 def cluster(
     terms: Path = typer.Argument(..., help="A term list (one a line), a KB file (load_kb formats) or annotate JSONL"),

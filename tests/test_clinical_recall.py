@@ -10,6 +10,7 @@ from spacy.tokens import Span
 from typer.testing import CliRunner
 
 from spacy_conceptnorm.cli import app
+from spacy_conceptnorm.clinical.context import medspacy_available
 from spacy_conceptnorm.clinical.evaluate import evaluate_assertions, read_annotated_spans
 from spacy_conceptnorm.clinical.recall import CLINICAL_SETTINGS, clinical_overrides, use_clinical_settings
 from spacy_conceptnorm.errors import ConceptNormError
@@ -167,6 +168,24 @@ def test_assemble_clinical_turns_the_settings_on(tmp_path):
         assert ("clinical_abbreviations" in nlp.pipe_names) is expected
         assert nlp.get_pipe("link_filter").keep_exact_names is expected
         assert nlp.config["components"]["link_filter"]["keep_exact_names"] is expected
+
+
+def test_clinical_command_saves_a_copy_for_clinical_notes(tmp_path):
+    nlp = spacy.blank("en")
+    nlp.add_pipe("dictionary_matcher")
+    nlp.add_pipe("abbreviation_resolver")
+    nlp.add_pipe("link_filter")
+    nlp.to_disk(tmp_path / "pipeline")
+    result = CliRunner().invoke(app, ["clinical", str(tmp_path / "pipeline"), str(tmp_path / "clinical")])
+    assert result.exit_code == 0, result.output
+    clinical = spacy.load(tmp_path / "clinical")
+    expected = ["dictionary_matcher", "abbreviation_resolver", "clinical_abbreviations", "link_filter"]
+    assert clinical.pipe_names == expected + ["clinical_context"] * medspacy_available()
+    assert clinical.get_pipe("dictionary_matcher").cfg["merge"] == "names"
+    assert clinical.get_pipe("link_filter").keep_exact_names is True
+    assert spacy.load(tmp_path / "pipeline").pipe_names == expected[:2] + ["link_filter"]  # the original as it was
+    result = CliRunner().invoke(app, ["clinical", str(tmp_path / "missing"), str(tmp_path / "out")])
+    assert result.exit_code == 1 and "missing" in result.output and not (tmp_path / "out").exists()
 
 
 @spacy.Language.component("test_recall_link")

@@ -29,7 +29,7 @@ CONFIGS = ROOT / "configs"
 FIXTURES = Path(__file__).parent / "fixtures"
 ALL = [
     "preprocess", "kb", "train", "train-ner", "assemble", "train-ranker", "calibrate", "evaluate",
-    "package",
+    "package", "clinical",
 ]  # fmt: skip
 # our CLI commands whose options are checked against the script lines
 CHECKED = {
