@@ -15,7 +15,8 @@ from `import spacy` to the end of one short document, and reads its peak residen
   the resident memory (VmRSS) they add is read, and after the document a second one with a mention that is no
   name of the knowledge base: what opening the linker's encoder on first use costs.
 
-The last line is `above floor: +X s, +Y MB`, the whole pipeline's time and peak memory over `spacy.blank("en")`'s.
+The last line is `above floor: +X s, +Y MB`, the whole pipeline's time and peak memory over `spacy.blank("en")`'s
+(the median over the rounds of each round's difference: the setups take turns, one fresh process each a round).
 """
 
 from __future__ import annotations
@@ -194,10 +195,12 @@ def main(
 
     whole = results["whole pipeline"]
     typer.echo(f"{pipeline}: {runs} fresh processes per row; {machine()}; load average {os.getloadavg()[0]:.2f}")
-    typer.echo("\n| process (import spacy -> spacy.load -> one short doc) | seconds | peak RSS MB |")
-    typer.echo("|---|---|---|")
+    typer.echo("\n| process (import spacy -> spacy.load -> one short doc) | seconds | range | peak RSS MB |")
+    typer.echo("|---|---|---|---|")
     for label in setups:
-        typer.echo(f"| {label} | {median(label, 'seconds'):.2f} | {median(label, 'peak'):.0f} |")
+        seconds = [run["seconds"] for run in results[label]]
+        spread = f"{min(seconds):.2f}-{max(seconds):.2f}"
+        typer.echo(f"| {label} | {median(label, 'seconds'):.2f} | {spread} | {median(label, 'peak'):.0f} |")
     typer.echo("\n| component (whole pipeline's spacy.load) | build s | from_disk s | RSS added MB | on disk MB |")
     typer.echo("|---|---|---|---|---|")
     for part in whole[0]["components"]:
@@ -220,17 +223,23 @@ def main(
                 f"{label}, first unseen mention (the encoder opens): +{median(label, 'unseen_seconds'):.2f} s, "
                 f"+{median(label, 'unseen_rss'):.0f} MB RSS, {results[label][-1]['unseen_links']}"
             )
-    floor_s, floor_mb = median('spacy.blank("en")', "seconds"), median('spacy.blank("en")', "peak")
+
+    def above_floor(label: str, key: str) -> float:
+        """The median over the rounds of the setup's figure less the floor's of the same round: a fresh process's
+        seconds vary by a second from one to the next, more than the rounds' medians differ."""
+        pairs = zip(results[label], results['spacy.blank("en")'])
+        return statistics.median(run[key] - floor[key] for run, floor in pairs)
+
     if "linker alone" in setups:
         typer.echo(
-            f"linker alone above floor: {median('linker alone', 'seconds') - floor_s:+.2f} s, "
-            f"{median('linker alone', 'peak') - floor_mb:+.0f} MB"
+            f"linker alone above floor: {above_floor('linker alone', 'seconds'):+.2f} s, "
+            f"{above_floor('linker alone', 'peak'):+.0f} MB"
         )
     if output:
         write_json(output, {"machine": machine(), "setups": setups, "runs": results})
     typer.echo(
-        f"above floor: {median('whole pipeline', 'seconds') - floor_s:+.2f} s, "
-        f"{median('whole pipeline', 'peak') - floor_mb:+.0f} MB"
+        f"above floor: {above_floor('whole pipeline', 'seconds'):+.2f} s, "
+        f"{above_floor('whole pipeline', 'peak'):+.0f} MB"
     )
 
 
