@@ -336,22 +336,44 @@ class ClinicalAbbreviations(Pipe):
     """Expand the clinical abbreviations a doc does not define, and make entities of them.
 
     After `abbreviation_resolver` (whose `doc._.abbreviations` tell which short forms the doc defines; without
-    it they are found here), for each short form of `CLINICAL_ABBREVIATIONS` that the doc does not define and
-    each occurrence of it (also with a plural "s") on token boundaries that overlaps no definition: an entity
-    without a long form that holds occurrences gets `span._.long_form` ("CHF exacerbation" -> "congestive heart
-    failure exacerbation"); an occurrence that no entity overlaps becomes an entity, its long form the listed one.
+    it they are found here), for each short form of `CLINICAL_ABBREVIATIONS` and of your `abbreviations` that the
+    doc does not define, and each occurrence of it (also with a plural "s") on token boundaries that overlaps no
+    definition: an entity without a long form that holds occurrences gets `span._.long_form` ("CHF exacerbation"
+    -> "congestive heart failure exacerbation"); an occurrence that no entity overlaps becomes an entity, its long
+    form the listed one.
     """
 
-    def __init__(self, vocab: Vocab, name: str = "clinical_abbreviations", *, label: str = "Disease") -> None:
+    def __init__(
+        self,
+        vocab: Vocab,
+        name: str = "clinical_abbreviations",
+        *,
+        label: str = "Disease",
+        abbreviations: dict[str, str | None] | None = None,
+    ) -> None:
         """Initialize the component.
 
         vocab (Vocab): The shared vocabulary.
         name (str): The component instance name.
         label (str): The label of the entities it adds.
+        abbreviations (Optional[Dict[str, Optional[str]]]): Your own short forms and their long forms, added to
+            `CLINICAL_ABBREVIATIONS` (one of its short forms given here takes the long form given; None leaves it
+            out), e.g. {"COPD": "chronic obstructive pulmonary disease", "MI": None}.
         """
+        abbreviations = dict(abbreviations or {})
+        for short, long in abbreviations.items():
+            if not (isinstance(short, str) and short.strip()) or not (long is None or isinstance(long, str)):
+                expected = "a mapping of short forms to long forms (text, or null to leave one out)"
+                raise ConceptNormError(
+                    Errors.E410.format(component=name, key="abbreviations", expected=expected, value={short: long})
+                )
         self.vocab = vocab
         self.name = name
         self.label = label
+        self.abbreviations = abbreviations
+        self.long_forms = {
+            short: long for short, long in {**CLINICAL_ABBREVIATIONS, **abbreviations}.items() if long is not None
+        }
 
     def __call__(self, doc: Doc) -> Doc:
         """Apply the component to a doc.
@@ -363,7 +385,7 @@ class ClinicalAbbreviations(Pipe):
         defined = [Abbreviation(**a) for a in found] if found is not None else find_abbreviations(doc.text)
         shorts = {abbreviation.short for abbreviation in defined}
         taken = [(a.short_start, a.short_end) for a in defined] + [(a.long_start, a.long_end) for a in defined]
-        known = {short: long for short, long in CLINICAL_ABBREVIATIONS.items() if short not in shorts}
+        known = {short: long for short, long in self.long_forms.items() if short not in shorts}
         occurrences = _without_overlaps(
             [o for o in _find(doc, known) if not any(o[0] < end and start < o[1] for start, end in taken)]
         )
@@ -390,11 +412,13 @@ class ClinicalAbbreviations(Pipe):
 @Language.factory(
     "clinical_abbreviations",
     assigns=["doc.ents", "span._.long_form"],
-    default_config={"label": "Disease"},
+    default_config={"label": "Disease", "abbreviations": {}},
 )
-def make_clinical_abbreviations(nlp: Language, name: str, label: str) -> ClinicalAbbreviations:
+def make_clinical_abbreviations(
+    nlp: Language, name: str, label: str, abbreviations: dict[str, str | None]
+) -> ClinicalAbbreviations:
     """Create a ClinicalAbbreviations component (see its docstring for the settings)."""
-    return ClinicalAbbreviations(nlp.vocab, name, label=label)
+    return ClinicalAbbreviations(nlp.vocab, name, label=label, abbreviations=abbreviations)
 
 
 def _find(doc: Doc, long_forms: dict[str, Abbreviation | str]) -> list[Occurrence]:
