@@ -143,17 +143,17 @@ def split_capital_sentences(doc: Doc) -> None:
                 after.is_sent_start = True
 
 
-def end_section_attributes_at_blank_lines(doc: Doc, mapping: dict[str, dict[str, bool]]) -> None:
-    """Undo a section's assertion attributes (`mapping`: category -> attributes, the sectionizer's) on the entities
-    after the first blank line under its heading: a note often goes on about the patient in a new paragraph without
-    a heading ("FAMILY HISTORY: Mother with X.\n\nToday she complains of Y"). Cues (ConText, after) still apply."""
+def set_section_attributes(doc: Doc, mapping: dict[str, dict[str, bool]]) -> None:
+    """Give the entities under a heading its section's assertion attributes (`mapping`: category -> attributes,
+    medspaCy's `DEFAULT_ATTRS`), up to the first blank line below the heading: a note often goes on about the
+    patient in a new paragraph without a heading ("FAMILY HISTORY: Mother with X.\n\nToday she complains of Y")."""
     for ent in doc.ents:
         section = ent._.section
         if section is None or section.category not in mapping:
             continue
-        if any(t.is_space and t.text.count("\n") > 1 for t in doc[section.body_start : ent.start]):
+        if not any(t.is_space and t.text.count("\n") > 1 for t in doc[section.body_start : ent.start]):
             for attr, value in mapping[section.category].items():
-                ent._.set(attr, not value)
+                ent._.set(attr, value)
 
 
 class ClinicalContext:
@@ -173,6 +173,7 @@ class ClinicalContext:
             from loguru import logger
             from medspacy.context import ConText, ConTextRule
             from medspacy.section_detection import Sectionizer, SectionRule
+            from medspacy.section_detection.sectionizer import DEFAULT_ATTRS
             from PyRuSH import PyRuSHSentencizer
         except ImportError as e:
             raise ConceptNormError(Errors.E620.format(component=name, error=e, install=INSTALL)) from None
@@ -186,8 +187,12 @@ class ClinicalContext:
         self.sentencizer = PyRuSHSentencizer(nlp, name=f"{name}.pyrush") if split_sentences else None
         self.sectionizer = None
         if sections:
-            # a heading starts a sentence (PyRuSH joins "2. GOUT\nFAMILY HISTORY: ..." for want of a full stop)
-            self.sectionizer = Sectionizer(nlp, name=f"{name}.sectionizer", apply_sentence_boundary=split_sentences)
+            # a heading starts a sentence (PyRuSH joins "2. GOUT\nFAMILY HISTORY: ..." for want of a full stop);
+            # the sections' attributes are set by `set_section_attributes`, each only up to a blank line
+            self.sectionizer = Sectionizer(
+                nlp, name=f"{name}.sectionizer", apply_sentence_boundary=split_sentences, span_attrs=None
+            )
+            self.section_attributes = DEFAULT_ATTRS
             self.sectionizer.add([SectionRule(literal, category) for literal, category in EXTRA_SECTIONS])
         self.context = ConText(nlp, name=f"{name}.context", rules=None)
         extra = [ConTextRule(lit, cat, pattern=pat, direction=d) for lit, cat, d, pat in EXTRA_CUES]
@@ -208,7 +213,7 @@ class ClinicalContext:
             raise ConceptNormError(Errors.E621.format(component=self.name))
         if self.sectionizer is not None:
             doc = self.sectionizer(doc)
-            end_section_attributes_at_blank_lines(doc, self.sectionizer.assertion_attributes_mapping)
+            set_section_attributes(doc, self.section_attributes)
         doc = self.context(doc)
         serializable(doc)
         for ent in doc.ents:
