@@ -288,14 +288,15 @@ class AbbreviationResolver(Pipe):
         doc (Doc): The document, with its entities set.
         RETURNS (Doc): The same doc, with `doc._.abbreviations` and `ent._.long_form` set.
         """
-        abbreviations = DETECTORS[self.detector](doc.text)
+        text = doc.text  # spaCy joins the tokens' texts anew at each `doc.text`
+        abbreviations = DETECTORS[self.detector](text)
         doc._.abbreviations = [abbreviation.to_dict() for abbreviation in abbreviations]
-        occurrences = self._occurrences(doc, abbreviations)
+        occurrences = self._occurrences(doc, text, abbreviations)
         defined = {abbreviation.short for abbreviation in abbreviations}
         guesses: dict[str, str | None] = {}
         previous: dict[str, str] = {}  # label -> text of the last entity that is not an uppercase abbreviation
         for ent in doc.ents:
-            long_form = _expand(ent, occurrences)
+            long_form = _expand(ent, text, occurrences)
             uppercase = _is_uppercase_abbreviation(ent.text)
             if long_form is None and uppercase and self.expand_undefined_uppercase and ent.text not in defined:
                 long_form = guesses.setdefault(ent.text, previous.get(ent.label_))
@@ -305,14 +306,14 @@ class AbbreviationResolver(Pipe):
                 ent._.long_form = long_form
         return doc
 
-    def _occurrences(self, doc: Doc, abbreviations: list[Abbreviation]) -> list[Occurrence]:
+    def _occurrences(self, doc: Doc, text: str, abbreviations: list[Abbreviation]) -> list[Occurrence]:
         """The (start, end, definition) of each short form occurrence that starts and ends on token boundaries,
         in text order, without overlaps (the longer short form wins)."""
         first: dict[str, Abbreviation] = {}
         for abbreviation in abbreviations:
             first.setdefault(abbreviation.short, abbreviation)
         if self.propagate:
-            found = _find(doc, first)
+            found = _find(doc, text, first)
         else:
             found = [(a.short_start, a.short_end, a) for a in first.values()]
         return _without_overlaps(found)
@@ -382,19 +383,20 @@ class ClinicalAbbreviations(Pipe):
         RETURNS (Doc): The same doc, with the entities added and `ent._.long_form` set.
         """
         found = doc._.abbreviations
-        defined = [Abbreviation(**a) for a in found] if found is not None else find_abbreviations(doc.text)
+        text = doc.text  # spaCy joins the tokens' texts anew at each `doc.text`
+        defined = [Abbreviation(**a) for a in found] if found is not None else find_abbreviations(text)
         shorts = {abbreviation.short for abbreviation in defined}
         taken = [(a.short_start, a.short_end) for a in defined] + [(a.long_start, a.long_end) for a in defined]
         known = {short: long for short, long in self.long_forms.items() if short not in shorts}
         occurrences = _without_overlaps(
-            [o for o in _find(doc, known) if not any(o[0] < end and start < o[1] for start, end in taken)]
+            [o for o in _find(doc, text, known) if not any(o[0] < end and start < o[1] for start, end in taken)]
         )
         if not occurrences:
             return doc
         ents = list(doc.ents)
         for ent in ents:
             if not ent._.long_form:
-                long_form = _expand(ent, occurrences)
+                long_form = _expand(ent, text, occurrences)
                 if long_form is not None:
                     ent._.long_form = long_form
         added = [
@@ -421,15 +423,15 @@ def make_clinical_abbreviations(
     return ClinicalAbbreviations(nlp.vocab, name, label=label, abbreviations=abbreviations)
 
 
-def _find(doc: Doc, long_forms: dict[str, Abbreviation | str]) -> list[Occurrence]:
+def _find(doc: Doc, text: str, long_forms: dict[str, Abbreviation | str]) -> list[Occurrence]:
     """Each occurrence of the short forms (the keys of `long_forms`), also with a plural "s", that starts and ends
-    on token boundaries, in text order (of two short forms at the same place, the longer)."""
+    on token boundaries, in text order (of two short forms at the same place, the longer); `text` is the doc's."""
     if not long_forms:
         return []
     shorts = "|".join(re.escape(short) for short in sorted(long_forms, key=len, reverse=True))
     return [
         (match.start(), match.end(), long_forms[match.group(1)])
-        for match in re.finditer(rf"(?<!\w)({shorts})s?(?!\w)", doc.text)
+        for match in re.finditer(rf"(?<!\w)({shorts})s?(?!\w)", text)
         if doc.char_span(match.start(), match.end()) is not None
     ]
 
@@ -444,9 +446,10 @@ def _without_overlaps(found: list[Occurrence]) -> list[Occurrence]:
     return kept
 
 
-def _expand(ent: Span, occurrences: Iterable[Occurrence]) -> str | None:
+def _expand(ent: Span, text: str, occurrences: Iterable[Occurrence]) -> str | None:
     """The entity text with each short form occurrence inside it replaced by its long form, or None if there is
-    none. An entity that holds a whole definition ("long form (SF)") keeps that short form as it is."""
+    none (`text`: the doc's). An entity that holds a whole definition ("long form (SF)") keeps that short form as
+    it is."""
     parts = []
     position = ent.start_char
     for start, end, abbreviation in occurrences:
@@ -457,11 +460,11 @@ def _expand(ent: Span, occurrences: Iterable[Occurrence]) -> str | None:
             long = abbreviation.long
             holds_definition = ent.start_char <= abbreviation.long_start and abbreviation.long_end <= ent.end_char
         if inside and not holds_definition:
-            parts.extend((ent.doc.text[position:start], long))
+            parts.extend((text[position:start], long))
             position = end
     if not parts:
         return None
-    return "".join(parts) + ent.doc.text[position : ent.end_char]
+    return "".join(parts) + text[position : ent.end_char]
 
 
 def _is_uppercase_abbreviation(text: str) -> bool:
