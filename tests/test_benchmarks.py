@@ -44,8 +44,8 @@ def saved(tiny_bert, fixtures, tmp_path_factory):
 @pytest.mark.parametrize("dense", [True, False])
 def test_tfidf_links_each_text_to_its_nearest_name(dense):
     names = ["liver disease", "anemia", "breast cancer", "cystic fibrosis"]
-    linker = speed.TfidfLinker(names, batch=2, dense=dense)
-    found = linker.link(["liver diseases", "anaemia", "cancer of the breast", "fibrosis, cystic", "Anemia"])
+    linker = speed.TfidfLinker(names, batch=2)
+    found = linker.link(["liver diseases", "anaemia", "cancer of the breast", "fibrosis, cystic", "Anemia"], dense)
     assert found == ["liver disease", "anemia", "breast cancer", "cystic fibrosis", "anemia"]
 
 

@@ -55,24 +55,23 @@ class TfidfLinker:
 
     names (list[str]): The names to search.
     batch (int): Mentions per sparse product.
-    dense (bool): Make each batch's scores dense before the argmax (faster); else the sparse matrix's argmax.
     """
 
-    def __init__(self, names: list[str], batch: int = 64, dense: bool = True) -> None:
+    def __init__(self, names: list[str], batch: int = 64) -> None:
         from sklearn.feature_extraction.text import TfidfVectorizer
 
         self.names = names
         self.batch = batch
-        self.dense = dense
         self.vectorizer = TfidfVectorizer(analyzer="char", ngram_range=(3, 3), dtype=np.float32)
         self.matrix_t = self.vectorizer.fit_transform(names).T.tocsr()
 
-    def link(self, texts: list[str]) -> list[str]:
-        """The nearest name of each text."""
+    def link(self, texts: list[str], dense: bool = True) -> list[str]:
+        """The nearest name of each text; `dense`: each batch's scores made dense before the argmax (faster), else
+        the sparse matrix's argmax."""
         nearest = []
         for start in range(0, len(texts), self.batch):
             scores = self.vectorizer.transform(texts[start : start + self.batch]) @ self.matrix_t
-            best = scores.toarray().argmax(axis=1) if self.dense else np.asarray(scores.argmax(axis=1)).ravel()
+            best = scores.toarray().argmax(axis=1) if dense else np.asarray(scores.argmax(axis=1)).ravel()
             nearest.extend(best.tolist())
         return [self.names[i] for i in nearest]
 
@@ -163,7 +162,6 @@ def main(
     mentions = [ent.text for doc in gold for ent in doc.ents]
     names = nlp.get_pipe("concept_normalizer").kb.names()
     tfidf = TfidfLinker(names, tfidf_batch)
-    sparse = TfidfLinker(names, tfidf_batch, dense=False)
     figures: dict = {
         "machine": machine(),
         "pipeline": str(pipeline),
@@ -177,7 +175,7 @@ def main(
     with nlp.select_pipes(enable=linking):
         list(nlp.pipe(strip_links(gold)))  # untimed: loads the encoder's weights
         tfidf.link(mentions)
-        sparse.link(mentions)
+        tfidf.link(mentions, dense=False)
         for _ in range(passes):
             run = {"load_before": os.getloadavg()[0]}
             docs = strip_links(gold)
@@ -188,7 +186,7 @@ def main(
             tfidf.link(mentions)
             run["tfidf_seconds"] = time.perf_counter() - start
             start = time.perf_counter()
-            sparse.link(mentions)
+            tfidf.link(mentions, dense=False)
             run["tfidf_sparse_argmax_seconds"] = time.perf_counter() - start
             run["split"] = linking_split(nlp, strip_links(gold))
             figures["passes"].append(run)
