@@ -224,9 +224,10 @@ def evaluate_assertion(
     rec, n = report["recognition"], report["spans"]
     found = f"recognized {rec['recognized']} of {n} ({100 * rec['recognized'] / n:.1f}%, {rec['exact']} exact)"
     typer.echo(f"{found}, linked {rec['linked']}")
-    if rec["with_concept_id"]:
-        right = rec["linked_right"]
-        typer.echo(f"linked right {right} of {rec['with_concept_id']} ({100 * right / rec['with_concept_id']:.1f}%)")
+    if m := rec["with_concept_id"]:
+        found = f"recognized {rec['recognized_with_concept_id']} ({100 * rec['recognized_with_concept_id'] / m:.1f}%)"
+        typer.echo(f"of the {m} spans with a concept id: {found}, linked right {rec['linked_right']} "
+                   f"({100 * rec['linked_right'] / m:.1f}%)")  # fmt: skip
     if output:
         write_json(output, report)
         typer.echo(f"-> {output}")

@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 import srsly
 from spacy.language import Language
-from spacy.tokens import Doc, Span
+from spacy.tokens import Doc, Span, Token
 
 from ..errors import ConceptNormError, Errors
 
@@ -43,6 +43,11 @@ STATUSES = (*(status for status, _ in FLAGS), AFFIRMED)
 # Common headings that medspaCy's default section rules lack (they list "ASSESSMENT/PLAN:" but not "PLAN:"):
 # without them the section before runs on, and a plan under a family history would be read as family.
 EXTRA_SECTIONS = (
+    ("HISTORY:", "history_of_present_illness"),
+    ("CLINICAL HISTORY:", "history_of_present_illness"),
+    ("PSH:", "past_medical_history"),
+    ("FH:", "family_history"),
+    ("FHx:", "family_history"),
     ("Plan:", "observation_and_plan"),
     ("Disposition:", "observation_and_plan"),
     ("Review of Systems:", "review_of_systems"),
@@ -50,26 +55,98 @@ EXTRA_SECTIONS = (
     ("Follow-up:", "patient_instructions"),
     ("Return Precautions:", "patient_instructions"),
 )
-# Cues that medspaCy's default ConText rules lack or read wrong, from the NegEx/ConText cue lists: "cannot
-# exclude X" is uncertain (the default reads "exclude" as negation), "is negative for X" negates what follows
-# (the default's backward "is negative" wins the overlap), "possibly" is uncertain as "possible" is, "PMH of X"
-# historical as "history of X" is, and "EXT: no edema" negates what follows as "Fever: no" negates what goes before
-# (the default's ": no" looks backward only). (literal, category, direction, pattern)
-EXTRA_CUES = (
-    (": no", "NEGATED_EXISTENCE", "BIDIRECTIONAL", None),
-    ("possibly", "POSSIBLE_EXISTENCE", "FORWARD", None),
-    ("pmh", "HISTORICAL", "FORWARD", None),
-    ("cannot exclude", "POSSIBLE_EXISTENCE", "FORWARD", None),
-    ("cannot be excluded", "POSSIBLE_EXISTENCE", "BACKWARD", None),
-    ("cannot rule out", "POSSIBLE_EXISTENCE", "FORWARD", None),
-    ("concern for", "POSSIBLE_EXISTENCE", "FORWARD", None),
-    (
-        "is negative for",
-        "NEGATED_EXISTENCE",
-        "FORWARD",
-        [{"LOWER": {"IN": ["is", "was", "are", "were"]}}, {"LOWER": {"IN": ["negative", "neg"]}}, {"LOWER": "for"}],
-    ),
+# Cues that medspaCy's default ConText rules lack or read otherwise, most from the NegEx and ConText trigger lists:
+# (category, direction, words). `words` is a token pattern: tokens apart by spaces, alternatives by "|", "?" after
+# a token that may be missing ("no significant|interval? change" matches "no change" and "no interval change"),
+# "shape:dddd" a token of that shape (a year).
+# - Negation after the condition ("pneumothorax is not seen", "N/V: denies", "rash has resolved") and before it
+#   ("is negative for X", "nil X"); "EXT: no edema" reads forward as "Fever: no" reads back.
+# - Pseudo-cues, which modify nothing and keep a shorter cue from matching inside them: "no change in the
+#   effusion", "lives with his wife", "per her mother".
+# - Uncertainty: "probable", "query", "less likely", "cannot (be) excluded", and the reasons for a test ("to
+#   exclude X", "evaluate for X"), which medspaCy reads as negation.
+# - History ("s/p", "previous", "years ago"), the future ("monitor for", "at risk of", "DVT prophylaxis", which
+#   medspaCy reads as negated), a relative after the condition ("diabetes in her mother").
+# - "but", "which", "p/w" (presents with), ";" and their kin end every cue's scope, not only a negation's.
+_BE = "is|was|are|were|been|be"
+_RELATIVES = (
+    "mother|father|mom|dad|mum|sister|brother|sibling|siblings|son|daughter|aunt|uncle|grandmother|grandfather|"
+    "cousin|parents|children"
 )
+_CONTACTS = f"{_RELATIVES}|wife|husband|spouse|partner|family"
+_SEEN = "seen|identified|present|demonstrated|visualized|appreciated|noted|detected|evident|found|elicited"
+_SAYS = "reports|reported|states|stated|found|noticed|noted|says|said|brought|witnessed|called|describes"
+EXTRA_CUES = (
+    ("NEGATED_EXISTENCE", "BIDIRECTIONAL", ": no"),
+    ("NEGATED_EXISTENCE", "BACKWARD", ": denies|denied|negative|neg|absent"),
+    ("NEGATED_EXISTENCE", "FORWARD", "is|was|are|were negative|neg for"),
+    ("NEGATED_EXISTENCE", "BACKWARD", f"{_BE}? not|n't {_SEEN}"),
+    ("NEGATED_EXISTENCE", "BACKWARD", f"{_BE} excluded|absent"),
+    ("NEGATED_EXISTENCE", "BACKWARD", "were|been ruled out"),
+    ("NEGATED_EXISTENCE", "FORWARD", f"{_BE} ruled out for"),
+    ("NEGATED_EXISTENCE", "BIDIRECTIONAL", "resolved"),
+    ("NEGATED_EXISTENCE", "FORWARD", "resolution of"),
+    ("NEGATED_EXISTENCE", "FORWARD", "nil|neither"),
+    ("NEGATED_EXISTENCE", "PSEUDO", "no significant|interval|definite? change|increase"),
+    ("NEGATED_EXISTENCE", "PSEUDO", "not only|cause"),
+    ("NEGATED_EXISTENCE", "PSEUDO", "without difficulty"),
+    ("NEGATED_EXISTENCE", "PSEUDO", "gram negative"),
+    ("POSSIBLE_EXISTENCE", "FORWARD", "possibly|probable|questionable|suspected|presumed|presumptive|query"),
+    ("POSSIBLE_EXISTENCE", "FORWARD", "?"),
+    ("POSSIBLE_EXISTENCE", "FORWARD", "suspicion|question|possibility|concern of|for"),
+    ("POSSIBLE_EXISTENCE", "FORWARD", "may|might|could represent|reflect|be"),
+    ("POSSIBLE_EXISTENCE", "FORWARD", "differential diagnosis|diagnoses|includes|include?"),
+    ("POSSIBLE_EXISTENCE", "BACKWARD", f"{_BE} possible|suspected|likely|probable|questioned|favored|considered"),
+    ("POSSIBLE_EXISTENCE", "BACKWARD", "less|more likely"),
+    ("POSSIBLE_EXISTENCE", "BACKWARD", "on|in the differential"),
+    ("POSSIBLE_EXISTENCE", "BIDIRECTIONAL", "versus|vs|vs."),
+    ("POSSIBLE_EXISTENCE", "FORWARD", "cannot|can't exclude|rule"),
+    ("POSSIBLE_EXISTENCE", "FORWARD", "can|could not exclude|rule"),
+    ("POSSIBLE_EXISTENCE", "BACKWARD", "cannot|can't be entirely|completely|totally|fully|definitely? excluded|ruled"),
+    ("POSSIBLE_EXISTENCE", "BACKWARD", "can|could not be entirely|completely|totally|fully|definitely? excluded|ruled"),
+    ("POSSIBLE_EXISTENCE", "BACKWARD", f"{_BE}? not excluded"),
+    ("POSSIBLE_EXISTENCE", "FORWARD", "to? exclude|evaluate|eval|assess"),
+    ("POSSIBLE_EXISTENCE", "FORWARD", "evaluate|eval|evaluation|assess|test|testing|work-up|workup for|of"),
+    ("HISTORICAL", "FORWARD", "pmh|previous|previously|prior|remote|known"),
+    ("HISTORICAL", "FORWARD", "s / p"),
+    ("HISTORICAL", "FORWARD", "status post"),
+    ("HISTORICAL", "PSEUDO", "prior to"),
+    ("HISTORICAL", "BACKWARD", "in the past"),
+    ("HISTORICAL", "BACKWARD", "years|yrs|months ago"),
+    ("HISTORICAL", "BACKWARD", "at age|aged"),
+    ("HISTORICAL", "BACKWARD", "as a child|teenager|teen"),
+    ("HISTORICAL", "BIDIRECTIONAL", "in [? *? *? shape:dddd"),
+    ("HISTORICAL", "BACKWARD", "( shape:dddd )"),
+    ("HYPOTHETICAL", "FORWARD", "monitor|monitoring|watch|observe for"),
+    ("HYPOTHETICAL", "FORWARD", "at? increased|high|higher? risk|risks of|for"),
+    ("HYPOTHETICAL", "FORWARD", "in case of"),
+    ("HYPOTHETICAL", "FORWARD", "prevent|prevention|preventing"),
+    ("HYPOTHETICAL", "BIDIRECTIONAL", "prophylaxis|ppx"),
+    ("FAMILY", "FORWARD", "fh|fhx"),
+    ("FAMILY", "BACKWARD", f"in|- his|her|their|the|a? maternal|paternal? {_RELATIVES}"),
+    ("FAMILY", "PSEUDO", f"lives|living|lived|per|with with? his|her|their|the? {_CONTACTS}"),
+    ("FAMILY", "PSEUDO", f"{_CONTACTS} {_SAYS}"),
+    ("TERMINATE", "TERMINATE", "but|however|although|though|except|yet|which|who|;"),
+    ("TERMINATE", "TERMINATE", "presented|reports|reported|complains|complained|endorses|brought|admitted"),
+    ("TERMINATE", "TERMINATE", "now|currently|here"),
+    ("TERMINATE", "TERMINATE", "residual"),
+    ("TERMINATE", "TERMINATE", "p|c / w|o"),
+)  # fmt: skip
+# medspaCy's default rules that the cues above replace (by literal)
+REPLACED_CUES = (": no", "resolved", "to exclude", "evaluate for", "test for", "prophylaxis")
+
+
+def token_pattern(words: str) -> list[dict]:
+    """The spaCy token pattern of a cue's `words` (see EXTRA_CUES), matched on the lower-case text."""
+    pattern = []
+    for token in words.split(" "):
+        optional = token.endswith("?") and token != "?"
+        alternatives = (token[:-1] if optional else token).split("|")
+        attr = {"SHAPE": alternatives[0][6:]} if token.startswith("shape:") else {"LOWER": {"IN": alternatives}}
+        pattern.append({**attr, **({"OP": "?"} if optional else {})})
+    return pattern
+
+
 INSTALL = 'pip install "spacy-conceptnorm[assertion]" && pip install --no-deps medspacy==1.3.1 PyRuSH==1.0.13'
 
 if not Span.has_extension("assertion"):
@@ -132,15 +209,27 @@ def serializable(doc: Doc) -> None:
                 token._.section = None
 
 
-def split_capital_sentences(doc: Doc) -> None:
-    """Start a sentence after a full stop that ends a word of three letters or more and is followed by a word in
-    capitals: PyRuSH keeps "FAT STRANDING. NO ABSCESS. SCATTERED DIVERTICULOSIS" of an ALL-CAPS report as one
-    sentence, so that "NO" would reach the findings after it."""
+def is_list_marker(token: Token, after: Token) -> bool:
+    """Whether `token` marks an item of a list: "-", "*", "•", or a number of one or two digits before "." or ")"."""
+    return token.text in ("-", "*", "\u2022") or (token.is_digit and len(token) <= 2 and after.text in (".", ")"))
+
+
+def split_report_sentences(doc: Doc) -> None:
+    """Start a sentence where PyRuSH misses one in a report's layout:
+
+    - after a full stop that ends a word of three letters or more and is followed by a word in capitals: PyRuSH
+      keeps "FAT STRANDING. NO ABSCESS. SCATTERED DIVERTICULOSIS" of an ALL-CAPS report as one sentence, so that
+      "NO" would reach the findings after it;
+    - at a list marker ("2.", "-") that begins a line: an item of a numbered or bulleted list is a sentence of its
+      own, so that "... LESS LIKELY.\n2. VASOGENIC EDEMA" does not make the edema uncertain.
+    """
     for token in doc[1:-1]:
         before, after = doc[token.i - 1], doc[token.i + 1]
         if token.text == "." and token.whitespace_ and before.is_alpha and len(before) >= 3:
             if after.is_alpha and after.is_upper:
                 after.is_sent_start = True
+        elif before.is_space and "\n" in before.text and is_list_marker(token, after):
+            token.is_sent_start = True
 
 
 def set_section_attributes(doc: Doc, mapping: dict[str, dict[str, bool]]) -> None:
@@ -154,6 +243,24 @@ def set_section_attributes(doc: Doc, mapping: dict[str, dict[str, bool]]) -> Non
         if not any(t.is_space and t.text.count("\n") > 1 for t in doc[section.body_start : ent.start]):
             for attr, value in mapping[section.category].items():
                 ent._.set(attr, value)
+
+
+def context_rules(default_path: str) -> list:
+    """medspaCy's default ConText rules (read from `default_path`), less `REPLACED_CUES`, and `EXTRA_CUES`."""
+    from medspacy.context import ConTextRule
+
+    extra = [ConTextRule(w, cat, pattern=token_pattern(w), direction=d) for cat, d, w in EXTRA_CUES]
+    return [r for r in ConTextRule.from_json(default_path) if r.literal not in REPLACED_CUES] + extra
+
+
+def section_rules(default_path: str) -> list:
+    """medspaCy's default section rules (read from `default_path`) and `EXTRA_SECTIONS`, ours replacing a
+    default rule with the same heading."""
+    from medspacy.section_detection import SectionRule
+
+    extra = [SectionRule(literal, category) for literal, category in EXTRA_SECTIONS]
+    ours = {rule.literal for rule in extra}
+    return [r for r in SectionRule.from_json(default_path) if r.literal not in ours] + extra
 
 
 class ClinicalContext:
@@ -171,8 +278,8 @@ class ClinicalContext:
         """
         try:
             from loguru import logger
-            from medspacy.context import ConText, ConTextRule
-            from medspacy.section_detection import Sectionizer, SectionRule
+            from medspacy.context import ConText
+            from medspacy.section_detection import Sectionizer
             from medspacy.section_detection.sectionizer import DEFAULT_ATTRS
             from PyRuSH import PyRuSHSentencizer
         except ImportError as e:
@@ -190,15 +297,12 @@ class ClinicalContext:
             # a heading starts a sentence (PyRuSH joins "2. GOUT\nFAMILY HISTORY: ..." for want of a full stop);
             # the sections' attributes are set by `set_section_attributes`, each only up to a blank line
             self.sectionizer = Sectionizer(
-                nlp, name=f"{name}.sectionizer", apply_sentence_boundary=split_sentences, span_attrs=None
+                nlp, name=f"{name}.sectionizer", rules=None, apply_sentence_boundary=split_sentences, span_attrs=None
             )
             self.section_attributes = DEFAULT_ATTRS
-            self.sectionizer.add([SectionRule(literal, category) for literal, category in EXTRA_SECTIONS])
+            self.sectionizer.add(section_rules(self.sectionizer.DEFAULT_RULES_FILEPATH))
         self.context = ConText(nlp, name=f"{name}.context", rules=None)
-        extra = [ConTextRule(lit, cat, pattern=pat, direction=d) for lit, cat, d, pat in EXTRA_CUES]
-        replaced = {rule.literal for rule in extra}
-        defaults = ConTextRule.from_json(self.context.DEFAULT_RULES_FILEPATH)
-        self.context.add([rule for rule in defaults if rule.literal not in replaced] + extra)
+        self.context.add(context_rules(self.context.DEFAULT_RULES_FILEPATH))
 
     def __call__(self, doc: Doc) -> Doc:
         """Apply the component.
@@ -208,7 +312,7 @@ class ClinicalContext:
         """
         if self.sentencizer is not None:
             doc = self.sentencizer(doc)
-            split_capital_sentences(doc)
+            split_report_sentences(doc)
         elif not doc.has_annotation("SENT_START"):
             raise ConceptNormError(Errors.E621.format(component=self.name))
         if self.sectionizer is not None:

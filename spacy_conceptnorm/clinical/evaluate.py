@@ -121,7 +121,7 @@ def evaluate_assertions(nlp: Language, spans: list[AnnotatedSpan], batch_size: i
     batch_size (int): Texts per `nlp.pipe` batch.
     RETURNS (dict): `spans`, `accuracy`, `statuses` (per status: support, predicted, precision, recall, f1),
         `confusion` (gold status -> predicted status -> count) and `recognition` (recognized, exact, linked,
-        with_concept_id, linked_right).
+        with_concept_id, recognized_with_concept_id, linked_right).
     """
     context = clinical_context_name(nlp)
     by_text: dict[str, list[AnnotatedSpan]] = defaultdict(list)
@@ -154,11 +154,13 @@ def evaluate_assertions(nlp: Language, spans: list[AnnotatedSpan], batch_size: i
                     continue
                 ent = max(overlap, key=lambda x: x[0])[1]
                 counts["recognized"] += 1
+                counts["recognized_with_concept_id"] += s.concept_id is not None
                 counts["exact"] += (ent.start_char, ent.end_char) == (s.start, s.end)
                 counts["linked"] += ent.kb_id_ not in ("", NIL)
                 counts["linked_right"] += s.concept_id is not None and any(e.kb_id_ == s.concept_id for _, e in overlap)
     recognition = {k: counts[k] for k in ("recognized", "exact", "linked")}
     recognition["with_concept_id"] = sum(s.concept_id is not None for s in spans)
+    recognition["recognized_with_concept_id"] = counts["recognized_with_concept_id"]
     recognition["linked_right"] = counts["linked_right"]
     return {
         "spans": len(spans),
