@@ -74,14 +74,14 @@ _RELATIVES = (
     "cousin|parents|children"
 )
 _CONTACTS = f"{_RELATIVES}|wife|husband|spouse|partner|family"
-_SEEN = "seen|identified|present|demonstrated|visualized|appreciated|noted|detected|evident|found|elicited"
+_SEEN = "seen|identified|present|demonstrated|visualized|appreciated|noted|detected|evident|found|elicited|suspected"
 _SAYS = "reports|reported|states|stated|found|noticed|noted|says|said|brought|witnessed|called|describes"
 EXTRA_CUES = (
     ("NEGATED_EXISTENCE", "BIDIRECTIONAL", ": no"),
     ("NEGATED_EXISTENCE", "BACKWARD", ": denies|denied|negative|neg|absent"),
     ("NEGATED_EXISTENCE", "FORWARD", "is|was|are|were negative|neg for"),
     ("NEGATED_EXISTENCE", "BACKWARD", f"{_BE}? not|n't {_SEEN}"),
-    ("NEGATED_EXISTENCE", "BACKWARD", f"{_BE} excluded|absent"),
+    ("NEGATED_EXISTENCE", "BACKWARD", f"{_BE}? excluded|absent"),
     ("NEGATED_EXISTENCE", "BACKWARD", "were|been ruled out"),
     ("NEGATED_EXISTENCE", "FORWARD", f"{_BE} ruled out for"),
     ("NEGATED_EXISTENCE", "BIDIRECTIONAL", "resolved"),
@@ -106,8 +106,10 @@ EXTRA_CUES = (
     ("POSSIBLE_EXISTENCE", "BACKWARD", "can|could not be entirely|completely|totally|fully|definitely? excluded|ruled"),
     ("POSSIBLE_EXISTENCE", "BACKWARD", f"{_BE}? not excluded"),
     ("POSSIBLE_EXISTENCE", "FORWARD", "to? exclude|evaluate|eval|assess"),
-    ("POSSIBLE_EXISTENCE", "FORWARD", "evaluate|eval|evaluation|assess|test|testing|work-up|workup for|of"),
-    ("HISTORICAL", "FORWARD", "pmh|previous|previously|prior|remote|known"),
+    ("POSSIBLE_EXISTENCE", "FORWARD", "evaluate|eval|evaluation|assess|test|testing|work-up|workup for"),
+    ("HISTORICAL", "FORWARD", "pmh|previous|previously|prior|remote|known|old"),
+    ("HISTORICAL", "PSEUDO", "year|years|month|months|week|weeks|day|days|yr|yrs|mo -? old"),
+    ("HISTORICAL", "PSEUDO", "previously|otherwise well|healthy"),
     ("HISTORICAL", "FORWARD", "s / p"),
     ("HISTORICAL", "FORWARD", "status post"),
     ("HISTORICAL", "PSEUDO", "prior to"),
@@ -116,22 +118,32 @@ EXTRA_CUES = (
     ("HISTORICAL", "BACKWARD", "at age|aged"),
     ("HISTORICAL", "BACKWARD", "as a child|teenager|teen"),
     ("HISTORICAL", "BIDIRECTIONAL", "in [? *? *? shape:dddd"),
-    ("HISTORICAL", "BACKWARD", "( shape:dddd )"),
+    ("HISTORICAL", "BACKWARD", "( diagnosed|dx|since|in? shape:dddd"),
     ("HYPOTHETICAL", "FORWARD", "monitor|monitoring|watch|observe for"),
     ("HYPOTHETICAL", "FORWARD", "at? increased|high|higher? risk|risks of|for"),
     ("HYPOTHETICAL", "FORWARD", "in case of"),
+    ("HYPOTHETICAL", "FORWARD", "should"),
+    ("HYPOTHETICAL", "PSEUDO", "should continue|take|follow|have|receive|get|start|stop|avoid|see|undergo|be|not|also"),
+    ("HYPOTHETICAL", "FORWARD", "counseled|counselled|educated|warned|advised regarding|about|on|of"),
     ("HYPOTHETICAL", "FORWARD", "prevent|prevention|preventing"),
     ("HYPOTHETICAL", "BIDIRECTIONAL", "prophylaxis|ppx"),
     ("FAMILY", "FORWARD", "fh|fhx"),
     ("FAMILY", "BACKWARD", f"in|- his|her|their|the|a? maternal|paternal? {_RELATIVES}"),
     ("FAMILY", "PSEUDO", f"lives|living|lived|per|with with? his|her|their|the? {_CONTACTS}"),
     ("FAMILY", "PSEUDO", f"{_CONTACTS} {_SAYS}"),
+    ("FAMILY", "PSEUDO", f"patient|pt and|or|& his|her? {_CONTACTS}"),
+    ("FAMILY", "PSEUDO", "the|this|our child|baby|infant"),
     ("TERMINATE", "TERMINATE", "but|however|although|though|except|yet|which|who|;"),
     ("TERMINATE", "TERMINATE", "presented|reports|reported|complains|complained|endorses|brought|admitted"),
     ("TERMINATE", "TERMINATE", "now|currently|here"),
-    ("TERMINATE", "TERMINATE", "residual"),
+    ("TERMINATE", "TERMINATE", "residual|given|following|+|positive|patient|pt"),
+    ("TERMINATE", "TERMINATE", "in the setting of"),
+    ("TERMINATE", "TERMINATE", "due to"),
     ("TERMINATE", "TERMINATE", "p|c / w|o"),
 )  # fmt: skip
+# A negation's scope ends at a cue of uncertainty and the other way round: "negative for strep pharyngitis, likely
+# viral pharyngitis", "possible pneumonia, no effusion".
+TERMINATING_TYPES = {"NEGATED_EXISTENCE": ["POSSIBLE_EXISTENCE"], "POSSIBLE_EXISTENCE": ["NEGATED_EXISTENCE"]}
 # medspaCy's default rules that the cues above replace (by literal)
 REPLACED_CUES = (": no", "resolved", "to exclude", "evaluate for", "test for", "prophylaxis")
 
@@ -143,7 +155,8 @@ def token_pattern(words: str) -> list[dict]:
         optional = token.endswith("?") and token != "?"
         alternatives = (token[:-1] if optional else token).split("|")
         attr = {"SHAPE": alternatives[0][6:]} if token.startswith("shape:") else {"LOWER": {"IN": alternatives}}
-        pattern.append({**attr, **({"OP": "?"} if optional else {})})
+        within = {"IS_SENT_START": False} if pattern else {}  # a cue does not reach over a sentence's start
+        pattern.append({**attr, **within, **({"OP": "?"} if optional else {})})
     return pattern
 
 
@@ -220,15 +233,18 @@ def split_report_sentences(doc: Doc) -> None:
     - after a full stop that ends a word of three letters or more and is followed by a word in capitals: PyRuSH
       keeps "FAT STRANDING. NO ABSCESS. SCATTERED DIVERTICULOSIS" of an ALL-CAPS report as one sentence, so that
       "NO" would reach the findings after it;
-    - at a list marker ("2.", "-") that begins a line: an item of a numbered or bulleted list is a sentence of its
-      own, so that "... LESS LIKELY.\n2. VASOGENIC EDEMA" does not make the edema uncertain.
+    - at a list marker ("2.", "-") that begins a line or follows a full stop: an item of a numbered or bulleted
+      list is a sentence of its own, so that "... LESS LIKELY.\n2. VASOGENIC EDEMA" does not make the edema
+      uncertain.
     """
     for token in doc[1:-1]:
         before, after = doc[token.i - 1], doc[token.i + 1]
         if token.text == "." and token.whitespace_ and before.is_alpha and len(before) >= 3:
             if after.is_alpha and after.is_upper:
                 after.is_sent_start = True
-        elif before.is_space and "\n" in before.text and is_list_marker(token, after):
+        elif (before.is_space and "\n" in before.text or before.text == "." and before.whitespace_) and is_list_marker(
+            token, after
+        ):
             token.is_sent_start = True
 
 
@@ -301,7 +317,7 @@ class ClinicalContext:
             )
             self.section_attributes = DEFAULT_ATTRS
             self.sectionizer.add(section_rules(self.sectionizer.DEFAULT_RULES_FILEPATH))
-        self.context = ConText(nlp, name=f"{name}.context", rules=None)
+        self.context = ConText(nlp, name=f"{name}.context", rules=None, terminating_types=TERMINATING_TYPES)
         self.context.add(context_rules(self.context.DEFAULT_RULES_FILEPATH))
 
     def __call__(self, doc: Doc) -> Doc:
