@@ -87,12 +87,20 @@ EXTRA_CUES = (
     ("NEGATED_EXISTENCE", "BIDIRECTIONAL", "resolved"),
     ("NEGATED_EXISTENCE", "FORWARD", "resolution of"),
     ("NEGATED_EXISTENCE", "FORWARD", "nil|neither"),
+    ("NEGATED_EXISTENCE", "FORWARD", "fail|fails|failed to demonstrate|show|reveal|identify"),
+    ("NEGATED_EXISTENCE", "PSEUDO", "not|non compliant|adherent"),
     ("NEGATED_EXISTENCE", "PSEUDO", "no significant|interval|definite? change|increase"),
     ("NEGATED_EXISTENCE", "PSEUDO", "not only|cause"),
     ("NEGATED_EXISTENCE", "PSEUDO", "without difficulty"),
     ("NEGATED_EXISTENCE", "PSEUDO", "gram negative"),
     ("POSSIBLE_EXISTENCE", "FORWARD", "possibly|probable|questionable|suspected|presumed|presumptive|query"),
-    ("POSSIBLE_EXISTENCE", "FORWARD", "?"),
+    ("POSSIBLE_EXISTENCE", "BIDIRECTIONAL", "?"),
+    ("POSSIBLE_EXISTENCE", "BACKWARD", "possible|likely|suspected|probable ;|.|,|on|in|at"),
+    ("POSSIBLE_EXISTENCE", "FORWARD", "felt|thought|believed|presumed to be"),
+    ("POSSIBLE_EXISTENCE", "FORWARD", "likely|possibly|probably due|secondary|related to"),
+    ("POSSIBLE_EXISTENCE", "FORWARD", "suggest|suggests|suggesting|suggestive"),
+    ("POSSIBLE_EXISTENCE", "FORWARD", "would? consider|considering"),
+    ("POSSIBLE_EXISTENCE", "FORWARD", "ddx"),
     ("POSSIBLE_EXISTENCE", "FORWARD", "suspicion|question|possibility|concern of|for"),
     ("POSSIBLE_EXISTENCE", "FORWARD", "may|might|could represent|reflect|be"),
     ("POSSIBLE_EXISTENCE", "FORWARD", "differential diagnosis|diagnoses|includes|include?"),
@@ -117,9 +125,14 @@ EXTRA_CUES = (
     ("HISTORICAL", "BACKWARD", "years|yrs|months ago"),
     ("HISTORICAL", "BACKWARD", "at age|aged"),
     ("HISTORICAL", "BACKWARD", "as a child|teenager|teen"),
+    ("HISTORICAL", "BACKWARD", "in high|middle? school|college|childhood"),
+    ("HISTORICAL", "BIDIRECTIONAL", "last year"),
+    ("HISTORICAL", "BACKWARD", "for shape:d years|yrs|decades"),
+    ("HISTORICAL", "BACKWARD", "for shape:dd years|yrs|decades"),
+    ("HISTORICAL", "BACKWARD", "for many|several years"),
     ("HISTORICAL", "BIDIRECTIONAL", "in [? *? *? shape:dddd"),
     ("HISTORICAL", "BACKWARD", "( diagnosed|dx|since|in? shape:dddd"),
-    ("HYPOTHETICAL", "FORWARD", "monitor|monitoring|watch|observe for"),
+    ("HYPOTHETICAL", "FORWARD", "monitor|monitored|monitoring|watch|observe for"),
     ("HYPOTHETICAL", "FORWARD", "at? increased|high|higher? risk|risks of|for"),
     ("HYPOTHETICAL", "FORWARD", "in case of"),
     ("HYPOTHETICAL", "FORWARD", "should"),
@@ -128,7 +141,9 @@ EXTRA_CUES = (
     ("HYPOTHETICAL", "FORWARD", "prevent|prevention|preventing"),
     ("HYPOTHETICAL", "BIDIRECTIONAL", "prophylaxis|ppx"),
     ("FAMILY", "FORWARD", "fh|fhx"),
-    ("FAMILY", "BACKWARD", f"in|- his|her|their|the|a? maternal|paternal? {_RELATIVES}"),
+    ("FAMILY", "BACKWARD", f"in|- his|her|their|the|a? maternal|paternal|younger|older|elder|twin|late? {_RELATIVES}"),
+    ("FAMILY", "FORWARD", "family history is|was? positive|significant|notable for"),
+    ("FAMILY", "PSEUDO", "family physician|doctor|practitioner|medicine|members|meeting"),
     ("FAMILY", "PSEUDO", f"lives|living|lived|per|with with? his|her|their|the? {_CONTACTS}"),
     ("FAMILY", "PSEUDO", f"{_CONTACTS} {_SAYS}"),
     ("FAMILY", "PSEUDO", f"patient|pt and|or|& his|her? {_CONTACTS}"),
@@ -138,7 +153,6 @@ EXTRA_CUES = (
     ("TERMINATE", "TERMINATE", "now|currently|here"),
     ("TERMINATE", "TERMINATE", "residual|given|following|+|positive|patient|pt"),
     ("TERMINATE", "TERMINATE", "in the setting of"),
-    ("TERMINATE", "TERMINATE", "due to"),
     ("TERMINATE", "TERMINATE", "p|c / w|o"),
 )  # fmt: skip
 # A negation's scope ends at a cue of uncertainty and the other way round: "negative for strep pharyngitis, likely
@@ -185,6 +199,21 @@ def medspacy_available() -> bool:
 
 
 MEDSPACY_DECODERS = ("modifiers", "modifier", "context_graph", "section")
+
+
+def spans_overlap(a: tuple[int, int], b: tuple[int, int]) -> bool:
+    """Whether the token spans `a` and `b` ((start, end)) overlap."""
+    return a[0] < b[1] and b[0] < a[1]
+
+
+def fix_medspacy_scope_overlap() -> None:
+    """Make ConText's modifiers see that two token spans overlap when one holds the other. medspaCy 1.3.1's
+    `tuple_overlaps` says they do not, so that once a cue's scope has been cut by one terminator, a second one
+    whose scope is the whole sentence is ignored: in "She complains of photophobia; meningitis cannot be excluded",
+    "cannot be excluded" reached back past ";" to the photophobia."""
+    from medspacy.context import context_modifier
+
+    context_modifier.tuple_overlaps = spans_overlap
 
 
 def strict_medspacy_decoders() -> None:
@@ -301,6 +330,7 @@ class ClinicalContext:
         except ImportError as e:
             raise ConceptNormError(Errors.E620.format(component=name, error=e, install=INSTALL)) from None
         strict_medspacy_decoders()
+        fix_medspacy_scope_overlap()
         logger.disable("PyRuSH")  # it logs every sentence split at DEBUG level, to stderr by default
         # medspaCy's matchers warn on every doc that their token matcher is empty when all rules are phrases
         warnings.filterwarnings("ignore", message=r"\[W036\]", module=r"medspacy\.")
