@@ -46,6 +46,7 @@ EXTRA_SECTIONS = (
     ("HISTORY:", "history_of_present_illness"),
     ("CLINICAL HISTORY:", "history_of_present_illness"),
     ("PSH:", "past_medical_history"),
+    ("SURGICAL HISTORY:", "past_medical_history"),
     ("FH:", "family_history"),
     ("FHx:", "family_history"),
     ("Plan:", "observation_and_plan"),
@@ -74,8 +75,9 @@ _RELATIVES = (
     "cousin|parents|children"
 )
 _CONTACTS = f"{_RELATIVES}|wife|husband|spouse|partner|family"
+_KIN = "maternal|paternal|younger|older|elder|twin|late?"
 _SEEN = "seen|identified|present|demonstrated|visualized|appreciated|noted|detected|evident|found|elicited|suspected"
-_SAYS = "reports|reported|states|stated|found|noticed|noted|says|said|brought|witnessed|called|describes"
+_SAYS = "reports|reported|states|stated|found|noticed|noted|says|said|brought|witnessed|called|describes|asked|told"
 EXTRA_CUES = (
     ("NEGATED_EXISTENCE", "BIDIRECTIONAL", ": no"),
     ("NEGATED_EXISTENCE", "BACKWARD", ": denies|denied|negative|neg|absent"),
@@ -88,6 +90,9 @@ EXTRA_CUES = (
     ("NEGATED_EXISTENCE", "FORWARD", "resolution of"),
     ("NEGATED_EXISTENCE", "FORWARD", "nil|neither"),
     ("NEGATED_EXISTENCE", "FORWARD", "fail|fails|failed to demonstrate|show|reveal|identify"),
+    ("NEGATED_EXISTENCE", "FORWARD", "pertinent|relevant negatives include|includes|are|:"),
+    ("NEGATED_EXISTENCE", "FORWARD", "to suggest|indicate"),
+    ("NEGATED_EXISTENCE", "BACKWARD", "ruled out by|with|on"),
     ("NEGATED_EXISTENCE", "PSEUDO", "not|non compliant|adherent"),
     ("NEGATED_EXISTENCE", "PSEUDO", "no significant|interval|definite? change|increase"),
     ("NEGATED_EXISTENCE", "PSEUDO", "not only|cause"),
@@ -102,7 +107,8 @@ EXTRA_CUES = (
     ("POSSIBLE_EXISTENCE", "FORWARD", "would? consider|considering"),
     ("POSSIBLE_EXISTENCE", "FORWARD", "ddx"),
     ("POSSIBLE_EXISTENCE", "FORWARD", "suspicion|question|possibility|concern of|for"),
-    ("POSSIBLE_EXISTENCE", "FORWARD", "may|might|could represent|reflect|be"),
+    ("POSSIBLE_EXISTENCE", "FORWARD", "may|might|could also? represent|reflect|be"),
+    ("POSSIBLE_EXISTENCE", "BACKWARD", "is|are also? a consideration|considerations"),
     ("POSSIBLE_EXISTENCE", "FORWARD", "differential diagnosis|diagnoses|includes|include?"),
     ("POSSIBLE_EXISTENCE", "BACKWARD", f"{_BE} possible|suspected|likely|probable|questioned|favored|considered"),
     ("POSSIBLE_EXISTENCE", "BACKWARD", "less|more likely"),
@@ -118,6 +124,7 @@ EXTRA_CUES = (
     ("HISTORICAL", "FORWARD", "pmh|previous|previously|prior|remote|known|old"),
     ("HISTORICAL", "PSEUDO", "year|years|month|months|week|weeks|day|days|yr|yrs|mo -? old"),
     ("HISTORICAL", "PSEUDO", "previously|otherwise well|healthy"),
+    ("HISTORICAL", "PSEUDO", "from|than|since|to prior|previous"),
     ("HISTORICAL", "FORWARD", "s / p"),
     ("HISTORICAL", "FORWARD", "status post"),
     ("HISTORICAL", "PSEUDO", "prior to"),
@@ -137,27 +144,36 @@ EXTRA_CUES = (
     ("HYPOTHETICAL", "FORWARD", "in case of"),
     ("HYPOTHETICAL", "FORWARD", "should"),
     ("HYPOTHETICAL", "PSEUDO", "should continue|take|follow|have|receive|get|start|stop|avoid|see|undergo|be|not|also"),
-    ("HYPOTHETICAL", "FORWARD", "counseled|counselled|educated|warned|advised regarding|about|on|of"),
-    ("HYPOTHETICAL", "FORWARD", "prevent|prevention|preventing"),
+    ("HYPOTHETICAL", "FORWARD", "counsel|counseled|counselled|educated|warned|advised re|regarding|about|on|of"),
+    ("HYPOTHETICAL", "FORWARD", "may|might|can|could worsen|cause|precipitate|trigger"),
+    ("HYPOTHETICAL", "BIDIRECTIONAL", "prevent|prevention|preventing"),
     ("HYPOTHETICAL", "BIDIRECTIONAL", "prophylaxis|ppx"),
     ("FAMILY", "FORWARD", "fh|fhx"),
-    ("FAMILY", "BACKWARD", f"in|- his|her|their|the|a? maternal|paternal|younger|older|elder|twin|late? {_RELATIVES}"),
+    ("FAMILY", "BIDIRECTIONAL", f"in his|her|their|the|a? {_KIN} {_RELATIVES}"),
     ("FAMILY", "FORWARD", "family history is|was? positive|significant|notable for"),
     ("FAMILY", "PSEUDO", "family physician|doctor|practitioner|medicine|members|meeting"),
     ("FAMILY", "PSEUDO", f"lives|living|lived|per|with with? his|her|their|the? {_CONTACTS}"),
     ("FAMILY", "PSEUDO", f"{_CONTACTS} {_SAYS}"),
     ("FAMILY", "PSEUDO", f"patient|pt and|or|& his|her? {_CONTACTS}"),
     ("FAMILY", "PSEUDO", "the|this|our child|baby|infant"),
-    ("TERMINATE", "TERMINATE", "but|however|although|though|except|yet|which|who|;"),
+    ("TERMINATE", "TERMINATE", "but|however|although|though|except|yet|;"),
+    ("CLAUSE", "PSEUDO", "which|who"),
     ("TERMINATE", "TERMINATE", "presented|reports|reported|complains|complained|endorses|brought|admitted"),
+    ("TERMINATE", "TERMINATE", "shows|showed|demonstrates|demonstrated|reveals|revealed"),
     ("TERMINATE", "TERMINATE", "now|currently|here"),
     ("TERMINATE", "TERMINATE", "residual|given|following|+|positive|patient|pt"),
-    ("TERMINATE", "TERMINATE", "in the setting of"),
+    ("TERMINATE", "TERMINATE", "in the? setting of"),
+    ("PSEUDO", "PSEUDO", "given for|to|as|in|at|by|with|iv|po"),
     ("TERMINATE", "TERMINATE", "p|c / w|o"),
 )  # fmt: skip
 # A negation's scope ends at a cue of uncertainty and the other way round: "negative for strep pharyngitis, likely
 # viral pharyngitis", "possible pneumonia, no effusion".
-TERMINATING_TYPES = {"NEGATED_EXISTENCE": ["POSSIBLE_EXISTENCE"], "POSSIBLE_EXISTENCE": ["NEGATED_EXISTENCE"]}
+TERMINATING_TYPES = {
+    "NEGATED_EXISTENCE": ["POSSIBLE_EXISTENCE", "CLAUSE"],
+    "POSSIBLE_EXISTENCE": ["NEGATED_EXISTENCE", "CLAUSE"],
+    "HISTORICAL": ["CLAUSE"],
+    "HYPOTHETICAL": ["CLAUSE"],
+}
 # medspaCy's default rules that the cues above replace (by literal)
 REPLACED_CUES = (": no", "resolved", "to exclude", "evaluate for", "test for", "prophylaxis")
 
