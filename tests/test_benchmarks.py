@@ -62,6 +62,14 @@ def test_speed_prints_the_split_end_to_end_and_the_ratio_last(saved):
     assert re.fullmatch(rf"pipeline: [\d,]+ mentions/s; TF-IDF .*: [\d,]+ mentions/s {sparse}", lines[-2])
 
 
+def test_speed_gives_the_cost_of_the_components_left_out(saved):
+    args = [str(saved), "--passes", "1", "--end-to-end-passes", "1", "--without", "composite_splitter"]
+    result = CliRunner().invoke(speed.app, args)
+    assert result.exit_code == 0, result.output
+    lines = result.output.strip().splitlines()
+    assert any(re.fullmatch(r"without composite_splitter: \d+\.\d docs/s \(their cost: -?\d+%\)", x) for x in lines)
+
+
 @pytest.mark.slow  # 4 fresh processes, each importing every installed spaCy entry point (spacy-transformers: seconds)
 def test_weight_prints_the_floor_each_component_and_above_floor_last(saved):
     result = CliRunner().invoke(weight.app, [str(saved), "--runs", "1"])

@@ -153,6 +153,9 @@ def main(
     passes: int = typer.Option(5, min=1, help="Timed passes of each linker, taking turns"),
     end_to_end_passes: int = typer.Option(3, min=0, help="Timed passes of the whole pipeline over the abstracts"),
     tfidf_batch: int = typer.Option(64, min=1, help="Mentions per TF-IDF sparse product"),
+    without: list[str] = typer.Option(
+        [], help="A component to leave out of alternate end-to-end passes, to give its cost (repeatable)"
+    ),
     output: Path = typer.Option(None, help="Write the figures as JSON here"),
 ) -> None:
     test = test or pipeline.resolve().parent.parent / "corpus" / "test.spacy"
@@ -206,12 +209,17 @@ def main(
     if end_to_end_passes:
         texts = [doc.text for doc in gold]
         list(nlp.pipe(texts[:2]))  # untimed: the recognizer's first batch
-        seconds = []
+        seconds: dict[bool, list[float]] = {False: [], True: []}
         for _ in range(end_to_end_passes):
-            start = time.perf_counter()
-            list(nlp.pipe(texts))
-            seconds.append(time.perf_counter() - start)
-        figures["end_to_end_docs_per_second"] = len(texts) / statistics.median(seconds)
+            for left_out in (False, True) if without else (False,):
+                with nlp.select_pipes(disable=without if left_out else []):
+                    start = time.perf_counter()
+                    list(nlp.pipe(texts))
+                    seconds[left_out].append(time.perf_counter() - start)
+        figures["end_to_end_docs_per_second"] = len(texts) / statistics.median(seconds[False])
+        if without:
+            figures["end_to_end_without"] = without
+            figures["end_to_end_docs_per_second_without"] = len(texts) / statistics.median(seconds[True])
     figures["load_average_after"] = os.getloadavg()[0]
 
     typer.echo(
@@ -230,6 +238,10 @@ def main(
             f"\nend to end ({' -> '.join(nlp.pipe_names)}, cache off): "
             f"{figures['end_to_end_docs_per_second']:.1f} docs/s"
         )
+        if without:
+            rate = figures["end_to_end_docs_per_second_without"]
+            cost = 1 - figures["end_to_end_docs_per_second"] / rate
+            typer.echo(f"without {', '.join(without)}: {rate:.1f} docs/s (their cost: {100 * cost:.0f}%)")
     typer.echo(
         f"\npipeline: {figures['pipeline_mentions_per_second']:,.0f} mentions/s; "
         f"TF-IDF (char 3-grams, brute force): {figures['tfidf_mentions_per_second']:,.0f} mentions/s "
