@@ -328,7 +328,7 @@ def assemble(
     from spacy.cli._util import parse_config_overrides, show_validation_error
     from spacy.util import get_sourced_components, load_config, load_model_from_config
 
-    from .clinical.context import medspacy_available
+    from .clinical.context import add_clinical_context
     from .clinical.recall import add_clinical_abbreviations, clinical_overrides
     from .pipeline_io import save
 
@@ -342,8 +342,8 @@ def assemble(
         nlp = load_model_from_config(cfg, auto_fill=True)
     if clinical:
         add_clinical_abbreviations(nlp)
-    if (medspacy_available() if clinical is None else clinical) and "clinical_context" not in nlp.pipe_names:
-        nlp.add_pipe("clinical_context")
+    if clinical is not False:
+        add_clinical_context(nlp, required=bool(clinical))
     nlp._link_components()  # as spacy assemble: listeners are linked before initializing
     with nlp.select_pipes(disable=[*get_sourced_components(cfg.interpolate())]):
         nlp.initialize()
@@ -358,7 +358,7 @@ def clinical(
 ) -> None:
     """Save a copy of a pipeline for clinical notes: clinical_abbreviations and the settings for clinical notes
     (docs/clinical.md), and clinical_context last where medspaCy is installed."""
-    from .clinical.context import medspacy_available
+    from .clinical.context import add_clinical_context
     from .clinical.recall import use_clinical_settings
     from .errors import ConceptNormError
     from .pipeline_io import load, save
@@ -366,8 +366,7 @@ def clinical(
     try:
         nlp = load(model)
         use_clinical_settings(nlp)
-        if medspacy_available() and "clinical_context" not in nlp.pipe_names:
-            nlp.add_pipe("clinical_context")
+        add_clinical_context(nlp)
         save(nlp, output)
     except (ConceptNormError, OSError) as e:  # OSError: spaCy's E050, no pipeline there
         typer.echo(f"Error: {e}", err=True)

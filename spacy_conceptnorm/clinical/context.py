@@ -214,6 +214,18 @@ def medspacy_available() -> bool:
     return True
 
 
+def add_clinical_context(nlp: Language, required: bool = False) -> bool:
+    """Add a `clinical_context` last where the pipeline has none and medspaCy is installed.
+
+    nlp (Language): The pipeline.
+    required (bool): Add it even without medspaCy, so that its absence raises E620 with the install commands.
+    RETURNS (bool): Whether the pipeline now has a `clinical_context`.
+    """
+    if "clinical_context" not in nlp.pipe_names and (required or medspacy_available()):
+        nlp.add_pipe("clinical_context")
+    return "clinical_context" in nlp.pipe_names
+
+
 MEDSPACY_DECODERS = ("modifiers", "modifier", "context_graph", "section")
 
 
