@@ -5,13 +5,14 @@ breast cancer", "return if fever develops". `clinical_context` runs medspaCy's o
 entities, in this order:
 
 1. PyRuSH (`medspacy_pyrush`) splits the sentences with rules written for clinical layout (headings, numbered
-   lists, lines without a full stop), so that a cue's scope ends where its sentence does;
+   lists, lines without a full stop), so that a cue's scope ends where its sentence does (`split_report_sentences`
+   adds the boundaries it misses in reports);
 2. the sectionizer (`medspacy_sectionizer`, with a few common headings its rules lack: `EXTRA_SECTIONS`) finds
    the section headings ("FAMILY HISTORY:") and sets `ent._.section_category` on each entity; an entity under a
    family-history heading is `is_family`, under a past-medical-history heading `is_historical`;
-3. ConText (`medspacy_context`, its default rules and a few more cues: `EXTRA_CUES`) sets `ent._.is_negated`,
-   `is_uncertain`, `is_historical`, `is_family` and `is_hypothetical` from the cues around the entity in its
-   sentence.
+3. ConText (`medspacy_context`, its default rules and the NegEx/ConText cues they lack: `EXTRA_CUES`) sets
+   `ent._.is_negated`, `is_uncertain`, `is_historical`, `is_family` and `is_hypothetical` from the cues around
+   the entity in its sentence.
 
 The attributes are medspaCy's own, so code written for medspaCy reads them. `ent._.assertion` sums them up in
 one word (`assertion_status`), which `annotate` writes and the curation page shows. The component runs after
@@ -68,14 +69,16 @@ EXTRA_SECTIONS = (
 #   exclude X", "evaluate for X"), which medspaCy reads as negation.
 # - History ("s/p", "previous", "years ago"), the future ("monitor for", "at risk of", "DVT prophylaxis", which
 #   medspaCy reads as negated), a relative after the condition ("diabetes in her mother").
-# - "but", "which", "p/w" (presents with), ";" and their kin end every cue's scope, not only a negation's.
+# - "but", "p/w" (presents with), ";", "shows" and their kin end every cue's scope, not only a negation's; a
+#   relative clause ("who", "which": the CLAUSE pseudo-cue) ends all but a relative's (TERMINATING_TYPES).
+# - Pseudo-cues of their own category ("given for") keep a shorter cue ("given") from matching inside them.
 _BE = "is|was|are|were|been|be"
 _RELATIVES = (
     "mother|father|mom|dad|mum|sister|brother|sibling|siblings|son|daughter|aunt|uncle|grandmother|grandfather|"
     "cousin|parents|children"
 )
 _CONTACTS = f"{_RELATIVES}|wife|husband|spouse|partner|family"
-_KIN = "maternal|paternal|younger|older|elder|twin|late?"
+_KIN = "maternal|paternal|younger|older|elder|twin|late?"  # the "?": a relative's qualifier may be missing
 _SEEN = "seen|identified|present|demonstrated|visualized|appreciated|noted|detected|evident|found|elicited|suspected"
 _SAYS = "reports|reported|states|stated|found|noticed|noted|says|said|brought|witnessed|called|describes|asked|told"
 EXTRA_CUES = (
@@ -167,7 +170,8 @@ EXTRA_CUES = (
     ("TERMINATE", "TERMINATE", "p|c / w|o"),
 )  # fmt: skip
 # A negation's scope ends at a cue of uncertainty and the other way round: "negative for strep pharyngitis, likely
-# viral pharyngitis", "possible pneumonia, no effusion".
+# viral pharyngitis", "possible pneumonia, no effusion"; a relative clause ends them and history's and the
+# future's, not a relative's: "his father, who had an MI".
 TERMINATING_TYPES = {
     "NEGATED_EXISTENCE": ["POSSIBLE_EXISTENCE", "CLAUSE"],
     "POSSIBLE_EXISTENCE": ["NEGATED_EXISTENCE", "CLAUSE"],
