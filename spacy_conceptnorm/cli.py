@@ -366,12 +366,12 @@ def clinical(
     try:
         nlp = load(model)
         use_clinical_settings(nlp)
-        add_clinical_context(nlp)
+        has_context = add_clinical_context(nlp)
         save(nlp, output)
     except (ConceptNormError, OSError) as e:  # OSError: spaCy's E050, no pipeline there
         typer.echo(f"Error: {e}", err=True)
         raise typer.Exit(1) from None
-    missing = "" if "clinical_context" in nlp.pipe_names else " (no clinical_context: medspaCy is not installed)"
+    missing = "" if has_context else " (no clinical_context: medspaCy is not installed)"
     typer.echo(f"{' -> '.join(nlp.pipe_names)} -> {output}{missing}")
 
 

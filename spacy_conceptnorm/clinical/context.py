@@ -22,6 +22,7 @@ one word (`assertion_status`), which `annotate` writes and the curation page sho
 from __future__ import annotations
 
 import warnings
+from bisect import bisect_left
 from collections.abc import Callable
 
 import srsly
@@ -188,7 +189,8 @@ def token_pattern(words: str) -> list[dict]:
     for token in words.split(" "):
         optional = token.endswith("?") and token != "?"
         alternatives = (token[:-1] if optional else token).split("|")
-        attr = {"SHAPE": alternatives[0][6:]} if token.startswith("shape:") else {"LOWER": {"IN": alternatives}}
+        shape = alternatives[0].removeprefix("shape:")
+        attr = {"SHAPE": shape} if token.startswith("shape:") else {"LOWER": {"IN": alternatives}}
         within = {"IS_SENT_START": False} if pattern else {}  # a cue does not reach over a sentence's start
         pattern.append({**attr, **within, **({"OP": "?"} if optional else {})})
     return pattern
@@ -303,21 +305,23 @@ def split_report_sentences(doc: Doc) -> None:
         if token.text == "." and token.whitespace_ and before.is_alpha and len(before) >= 3:
             if after.is_alpha and after.is_upper:
                 after.is_sent_start = True
-        elif (before.is_space and "\n" in before.text or before.text == "." and before.whitespace_) and is_list_marker(
-            token, after
-        ):
-            token.is_sent_start = True
+        elif is_list_marker(token, after):
+            line_start = before.is_space and "\n" in before.text
+            if line_start or (before.text == "." and before.whitespace_):
+                token.is_sent_start = True
 
 
 def set_section_attributes(doc: Doc, mapping: dict[str, dict[str, bool]]) -> None:
     """Give the entities under a heading its section's assertion attributes (`mapping`: category -> attributes,
     medspaCy's `DEFAULT_ATTRS`), up to the first blank line below the heading: a note often goes on about the
     patient in a new paragraph without a heading ("FAMILY HISTORY: Mother with X.\n\nToday she complains of Y")."""
+    blank_lines = [t.i for t in doc if t.is_space and t.text.count("\n") > 1]  # one scan of the doc, not one an entity
     for ent in doc.ents:
         section = ent._.section
         if section is None or section.category not in mapping:
             continue
-        if not any(t.is_space and t.text.count("\n") > 1 for t in doc[section.body_start : ent.start]):
+        first_blank = bisect_left(blank_lines, section.body_start)
+        if first_blank == len(blank_lines) or blank_lines[first_blank] >= ent.start:
             for attr, value in mapping[section.category].items():
                 ent._.set(attr, value)
 
