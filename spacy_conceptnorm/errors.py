@@ -150,7 +150,7 @@ class Errors(metaclass=ErrorsWithCodes):
     E955 = "Unknown policy for names of several concepts {value!r}; choose one of {choices}."
     E956 = "Gold labels and terms differ in number: {gold} labels for {n} terms."
     E957 = "Terms file not found: {path}"
-    # BNE name encoder (spacy_conceptnorm.bne)
+    # BNE name encoder (spacy_conceptnorm.ml.bne)
     E960 = "Cannot load the BNE encoder: {path} {detail}."
     E961 = "{path}: not a word2vec text file of word vectors ({detail})."
     E962 = "BNE training needs concepts with two or more names; {what} has none (after the held-out concepts)."

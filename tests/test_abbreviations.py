@@ -10,8 +10,8 @@ import spacy
 from spacy.tokens import DocBin
 
 from spacy_conceptnorm.errors import ConceptNormError
-from spacy_conceptnorm.text import abbreviations
-from spacy_conceptnorm.text.abbreviations import Abbreviation, find_abbreviations, is_short_form
+from spacy_conceptnorm.pipeline.abbreviation_resolver import Abbreviation, find_abbreviations, is_short_form
+from spacy_conceptnorm.pipeline import abbreviation_resolver as abbreviations
 
 # PMID 8782829 (develop set): "long form (SF)".
 MSH3_TEXT = (

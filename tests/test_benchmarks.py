@@ -9,9 +9,9 @@ from spacy.tokens import DocBin
 from spacy.training import Example
 from typer.testing import CliRunner
 
-from spacy_conceptnorm.benchmarks import speed, weight
-from spacy_conceptnorm.corpus import pubtator_to_docs
-from spacy_conceptnorm.kb import load_kb
+from benchmarks import speed, weight
+from spacy_conceptnorm.io.corpus import pubtator_to_docs
+from spacy_conceptnorm.kb.knowledge_base import load_kb
 
 PIPES = ["ner", "dictionary_matcher", "abbreviation_resolver", "composite_splitter", "concept_normalizer",
          "link_filter"]  # fmt: skip

@@ -6,7 +6,7 @@ import spacy
 from spacy.tokens import DocBin, Span
 
 from spacy_conceptnorm.errors import ConceptNormError
-from spacy_conceptnorm.text.composites import CompositeSplitter, split_composite
+from spacy_conceptnorm.pipeline.composite_splitter import CompositeSplitter, split_composite
 
 SPLITS = [
     # shared head (NCBI)

@@ -21,8 +21,8 @@ from weasel.schemas import ProjectConfigSchema, validate
 from weasel.util import split_command, substitute_project_variables, validate_project_commands
 
 from spacy_conceptnorm.cli import app
-from spacy_conceptnorm.corpus import read_pubtator
-from spacy_conceptnorm.encoder import packaged_model_path
+from spacy_conceptnorm.io.corpus import read_pubtator
+from spacy_conceptnorm.ml.name_encoder import packaged_model_path
 
 ROOT = Path(__file__).parent.parent
 CONFIGS = ROOT / "configs"

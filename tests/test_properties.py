@@ -20,10 +20,10 @@ from spacy.language import Language
 from spacy.tokens import Span
 
 from spacy_conceptnorm.errors import ConceptNormError
-from spacy_conceptnorm.kb import load_kb
-from spacy_conceptnorm.kb_formats import READERS
-from spacy_conceptnorm.text.abbreviations import find_abbreviations
-from spacy_conceptnorm.text.composites import split_composite
+from spacy_conceptnorm.kb.formats import READERS
+from spacy_conceptnorm.kb.knowledge_base import load_kb
+from spacy_conceptnorm.pipeline.abbreviation_resolver import find_abbreviations
+from spacy_conceptnorm.pipeline.composite_splitter import split_composite
 from spacy_conceptnorm.text.normalize import TextNormalizer
 
 from .conftest import FIXTURES

@@ -17,8 +17,8 @@ import torch
 from spacy.util import registry
 
 from spacy_conceptnorm.errors import ConceptNormError
-from spacy_conceptnorm.ranking.cnn import CONFIG_FILE, WEIGHTS_FILE, CNNRanker, pick_negatives
-from spacy_conceptnorm.ranking.pair_scorer import RankingGroup, rerank_accuracy
+from spacy_conceptnorm.linking.cnn_ranker import CONFIG_FILE, WEIGHTS_FILE, CNNRanker, pick_negatives
+from spacy_conceptnorm.linking.pair_scorer import RankingGroup, rerank_accuracy
 
 from .ranking_groups import medic_groups
 

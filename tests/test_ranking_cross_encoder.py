@@ -15,14 +15,14 @@ import torch
 from spacy.util import registry
 
 from spacy_conceptnorm.errors import ConceptNormError
-from spacy_conceptnorm.ranking.cross_encoder import (
+from spacy_conceptnorm.linking.cross_encoder import (
     CONFIG_FILE,
     WEIGHTS_FILE,
     CrossEncoderRanker,
     context_window,
     model_path,
 )
-from spacy_conceptnorm.ranking.pair_scorer import RankingGroup, rerank_accuracy
+from spacy_conceptnorm.linking.pair_scorer import RankingGroup, rerank_accuracy
 
 from .ranking_groups import medic_groups
 

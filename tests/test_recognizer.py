@@ -13,8 +13,8 @@ from transformers import AutoConfig
 
 from spacy_conceptnorm.errors import ConceptNormError
 from spacy_conceptnorm.evaluation.boundaries import boundary_errors
-from spacy_conceptnorm.text.dictionary import DictionaryMatcher
-from spacy_conceptnorm.text.link_filter import LinkFilter
+from spacy_conceptnorm.pipeline.dictionary_matcher import DictionaryMatcher
+from spacy_conceptnorm.pipeline.link_filter import LinkFilter
 
 if not Span.has_extension("kb_confidence"):
     Span.set_extension("kb_confidence", default=None)
@@ -275,7 +275,7 @@ def test_link_filter_holds_the_dictionarys_entities_to_their_own_threshold(nlp):
 
 
 def test_dictionary_initialize_from_gold_docs(nlp, fixtures, kb):
-    from spacy_conceptnorm.text.dictionary import gold_docs
+    from spacy_conceptnorm.pipeline.dictionary_matcher import gold_docs
 
     docs = gold_docs(fixtures / "ncbi_train_sample.txt")
     assert gold_docs(None) == []
@@ -288,7 +288,7 @@ def test_dictionary_initialize_from_gold_docs(nlp, fixtures, kb):
 
 
 def test_recognizers_are_the_components_that_set_entities(nlp):
-    from spacy_conceptnorm.corpus import recognizers
+    from spacy_conceptnorm.io.corpus import recognizers
 
     nlp.add_pipe("ner")
     nlp.add_pipe("dictionary_matcher")
@@ -542,7 +542,7 @@ def test_ner_trf_trains_for_the_steps_its_precision_affords(overrides, steps):
      ("fp32", True, 600), ("fp32", False, 600)],
 )  # fmt: skip
 def test_ner_steps_follow_the_cpu_under_auto(monkeypatch, precision, native, steps):
-    import spacy_conceptnorm.ner as ner
+    import spacy_conceptnorm.ml.recognizer as ner
 
     monkeypatch.setattr(ner, "cpu_has_native_bf16", lambda: native)
     assert ner.ner_steps(fp32=600, bf16=1200, cpu_precision=precision) == steps
@@ -564,7 +564,7 @@ class _Clock:
 def test_warmup_linear_until_is_thincs_schedule_cut_short_by_the_clock(monkeypatch):
     from thinc.api import warmup_linear
 
-    import spacy_conceptnorm.budget as budget
+    import spacy_conceptnorm.training.budget as budget
 
     clock = _Clock()
     monkeypatch.setattr(budget, "_now", clock)
@@ -582,7 +582,7 @@ def test_warmup_linear_until_is_thincs_schedule_cut_short_by_the_clock(monkeypat
 
 
 def test_batch_until_stops_when_the_time_is_up(monkeypatch):
-    import spacy_conceptnorm.budget as budget
+    import spacy_conceptnorm.training.budget as budget
 
     clock = _Clock()
     monkeypatch.setattr(budget, "_now", clock)
@@ -608,7 +608,7 @@ def test_ner_trf_training_ends_when_its_minutes_are_spent(tiny_bert, tmp_path, m
     from spacy.training.loop import train
     from spacy.util import load_config, registry
 
-    import spacy_conceptnorm.budget as budget
+    import spacy_conceptnorm.training.budget as budget
 
     vocab = spacy.blank("en")
     DocBin(docs=[doc_with(vocab, ["hereditary breast cancer", "anemia", "diabetes"])]).to_disk(tmp_path / "c.spacy")

@@ -18,14 +18,14 @@ from spacy.util import registry
 from typer.testing import CliRunner
 
 from spacy_conceptnorm.cli import app
-from spacy_conceptnorm.encoder import NameEncoder
 from spacy_conceptnorm.errors import ConceptNormError
-from spacy_conceptnorm.kb import Concept, KnowledgeBase, load_kb
+from spacy_conceptnorm.io.files import write_dir_atomically
+from spacy_conceptnorm.kb.knowledge_base import Concept, KnowledgeBase, load_kb
+from spacy_conceptnorm.ml.name_encoder import NameEncoder
 from spacy_conceptnorm.training.data import build_training_data, load_hierarchy, mention_pairs
 from spacy_conceptnorm.training.losses import batch_hard_triplets, multi_similarity_pairs, pair_masks
 from spacy_conceptnorm.training.samplers import STRATEGIES, Batch, BatchBuilder, Group, TripletSampler
 from spacy_conceptnorm.training.trainer import batch_loss, train
-from spacy_conceptnorm.util import write_dir_atomically
 
 from .fake_encoder import TrigramEncoder
 

@@ -24,12 +24,12 @@ from pathlib import Path
 from spacy.language import Language
 from spacy.tokens import Doc
 
-from ..corpus import gold_linking_off, mention_spans, strip_links
 from ..errors import ConceptNormError, Errors
-from ..kb import DOMAIN, SOURCE_BITS
-from ..pipeline_io import load, save
-from ..ranking.confidence import Confidence, expected_calibration_error, reliability
-from ..scoring import concept_pairs, gold_ids
+from ..io.corpus import gold_linking_off, mention_spans, strip_links
+from ..io.pipelines import load, save
+from ..kb.knowledge_base import DOMAIN, SOURCE_BITS
+from ..linking.confidence import Confidence, expected_calibration_error, reliability
+from ..linking.scoring import concept_pairs, gold_ids
 from .gold import get_normalizer, link_gold_mentions, mention_accuracy, read_gold_docs
 from .nil import NIL_STRATEGIES, held_out_concepts, holding_out, nil_figures
 from .recognition import tune_link_filter

@@ -13,10 +13,10 @@ from pathlib import Path
 from spacy.language import Language
 from spacy.tokens import Doc
 
-from ..component import ConceptNormalizer
-from ..corpus import gold_linking_off, read_docs, strip_links  # noqa: F401  (strip_links: re-exported)
 from ..errors import ConceptNormError, Errors
-from ..scoring import NIL, accuracy_at
+from ..io.corpus import gold_linking_off, read_docs, strip_links  # noqa: F401  (strip_links: re-exported)
+from ..linking.scoring import NIL, accuracy_at
+from ..pipeline.concept_normalizer import ConceptNormalizer
 
 NO_SCORE = -1.0  # the lowest cosine: the score of a part that found no candidate
 

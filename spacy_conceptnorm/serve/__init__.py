@@ -23,9 +23,9 @@ from pathlib import Path
 from spacy.language import Language
 
 from ..errors import ConceptNormError, Errors
-from ..pipeline_io import load
+from ..io.pipelines import load
 from .curation import Curation, CurationError, Filters
-from .nil import NIL_METHODS
+from .nil_groups import NIL_METHODS
 from .store import Annotations, Mention, ReviewLog, apply_synonyms, read_annotations, read_synonyms, write_synonyms
 
 __all__ = [

@@ -20,11 +20,11 @@ from spacy.language import Language
 
 from ..errors import Warnings
 from ..evaluation.gold import get_normalizer
-from ..kb import DOMAIN, SOURCE_BITS
-from ..pipeline_io import save
-from ..scoring import NIL
-from ..search import Match
-from .nil import CachedEncoder, group_nil
+from ..io.pipelines import save
+from ..kb.knowledge_base import DOMAIN, SOURCE_BITS
+from ..linking.scoring import NIL
+from ..search.sieve import Match
+from .nil_groups import CachedEncoder, group_nil
 from .store import Annotations, Mention, ReviewLog, write_synonyms
 
 DECISIONS = ("accept", "choose", "nil")

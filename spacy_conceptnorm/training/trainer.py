@@ -39,17 +39,17 @@ from confection import Config, ConfigValidationError
 from spacy.util import load_config, registry
 from tqdm import tqdm
 
-from ..encoder import NameEncoder
 from ..errors import ConceptNormError, Errors
-from ..kb import DOMAIN, ONTOLOGY, Concept, KnowledgeBase
-from ..scoring import accuracy_at
-from ..search import SieveSearcher
-from ..threads import training_threads
-from ..util import recover_dir, write_dir_atomically, write_json
+from ..io.files import recover_dir, write_dir_atomically, write_json
+from ..kb.knowledge_base import DOMAIN, ONTOLOGY, Concept, KnowledgeBase
+from ..linking.scoring import accuracy_at
+from ..ml.name_encoder import NameEncoder
+from ..ml.threads import training_threads
+from ..search.sieve import SieveSearcher
 from . import losses as _losses  # noqa: F401  (registers the losses)
 from .data import build_training_data, gold_mentions, mention_pairs
+from .encoder_settings import DevSettings, TrainingSettings, read_settings
 from .samplers import Batch, TripletSampler
-from .settings import DevSettings, TrainingSettings, read_settings
 
 CHECKPOINT, STATE_FILE = "checkpoint", "trainer_state.pt"
 REQUIRED_SECTIONS = ("encoder", "kb", "training", "training.loss", "training.sampler")
