@@ -19,7 +19,7 @@ from spacy.scorer import PRFScore
 from spacy.util import filter_spans
 
 from spacy_conceptnorm.io.corpus import read_pubtator
-from spacy_conceptnorm.pipeline.abbreviation_resolver import DETECTORS
+from spacy_conceptnorm.text.abbreviations import DETECTORS
 
 FILES = ("NCBItrainset_corpus.txt", "NCBIdevelopset_corpus.txt", "NCBItestset_corpus.txt")
 Pair = tuple[int, int, int, int]  # short_start, short_end, long_start, long_end

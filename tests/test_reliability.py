@@ -216,7 +216,7 @@ def test_kb_ents_are_bitwise_identical_whatever_the_batch_size(real_encoder, tes
 
 # --- 5. composite splitter ----------------------------------------------------------------------------------------
 def test_the_splitters_own_placeholder_characters_in_a_mention_are_kept_as_text():
-    from spacy_conceptnorm.pipeline.composite_splitter import split_composite
+    from spacy_conceptnorm.text.composites import split_composite
 
     assert split_composite("foo \ue0005\ue001 and bar") == ["foo \ue0005\ue001", "foo bar"]
     parts = split_composite("foo \ue0000\ue001 and hand, foot and mouth disease")
@@ -238,7 +238,7 @@ def test_one_entity_that_cannot_be_split_does_not_stop_the_batch():
 
 
 def test_a_40k_character_mention_is_left_whole():
-    from spacy_conceptnorm.pipeline.composite_splitter import split_composite
+    from spacy_conceptnorm.text.composites import split_composite
 
     for text in ("a, " * 2000 + "b and " + "w " * 10000, "a and " + "word " * 8000):  # both grew quadratically
         assert split_composite(text) == [text]

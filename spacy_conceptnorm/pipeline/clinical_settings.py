@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from spacy.language import Language
 
+from . import clinical_abbreviations  # noqa: F401  (registers the factory that add_clinical_abbreviations adds)
+
 # factory -> setting -> value
 CLINICAL_SETTINGS: dict[str, dict[str, object]] = {
     "dictionary_matcher": {"merge": "names"},

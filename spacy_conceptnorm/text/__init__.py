@@ -1,1 +1,1 @@
-"""Pure string algorithms (no spaCy types): name normalization."""
+"""Pure string algorithms (no spaCy types): name normalization, abbreviation detection, composite-mention splitting."""
