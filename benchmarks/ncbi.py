@@ -22,11 +22,11 @@ import spacy
 import torch
 import typer
 from spacy.tokens import Doc
-from spacy_conceptnorm.kb.knowledge_base import load_kb
 from wasabi import MarkdownRenderer
 
 from spacy_conceptnorm.evaluation.gold import link_gold_mentions, mention_accuracy, strip_links
 from spacy_conceptnorm.io.corpus import mention_spans, pubtator_to_docs
+from spacy_conceptnorm.kb.knowledge_base import load_kb
 
 REPORTED = ["O-T", "O-C", "OD-T", "OD-C", "D-T+OD-T"]
 app = typer.Typer(add_completion=False)

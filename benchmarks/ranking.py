@@ -21,8 +21,15 @@ from pathlib import Path
 import typer
 
 from spacy_conceptnorm.evaluation.calibrate import dev_mentions_hidden, load_pipeline
-from spacy_conceptnorm.evaluation.gold import get_normalizer, link_gold_mentions, mention_accuracy, read_gold_docs
-from spacy_conceptnorm.io.corpus import mention_spans, recognizers, strip_links
+from spacy_conceptnorm.evaluation.gold import (
+    get_normalizer,
+    link_gold_mentions,
+    mention_accuracy,
+    read_gold_docs,
+    recognizers,
+    strip_links,
+)
+from spacy_conceptnorm.io.corpus import mention_spans
 from spacy_conceptnorm.linking.linker import Linker
 from spacy_conceptnorm.linking.ranker import Ranker
 from spacy_conceptnorm.training.ranking import train_ranker

@@ -21,9 +21,11 @@ from spacy_conceptnorm.linking.confidence import (
 )
 from spacy_conceptnorm.linking.consistency import initials, make_consistent
 from spacy_conceptnorm.linking.lexical import LexicalIndex, row_top, row_values
-from spacy_conceptnorm.linking.pair_scorer import FitReport, PairScorer
-from spacy_conceptnorm.linking.ranker import Ranker, fit_conditional_logit
+from spacy_conceptnorm.linking.pair_scorer import PairScorer
+from spacy_conceptnorm.linking.ranker import Ranker
 from spacy_conceptnorm.search.sieve import SieveSearcher
+from spacy_conceptnorm.training.pair_scorer_fit import FitReport
+from spacy_conceptnorm.training.ranker_fit import fit_conditional_logit
 from spacy_conceptnorm.training.ranking import ranking_examples, recall_at, reorder_test, train_ranker
 
 from .fake_encoder import TrigramEncoder

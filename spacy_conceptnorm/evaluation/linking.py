@@ -17,13 +17,13 @@ from spacy.language import Language
 from spacy.tokens import Doc
 
 from ..errors import ConceptNormError, Errors
-from ..io.corpus import mention_spans, recognizers
+from ..io.corpus import mention_spans
 from ..linking.confidence import expected_calibration_error, reliability
 from ..linking.scoring import is_correct
 from ..search.sieve import ALL_STRATEGIES
 from .calibrate import dev_mentions_hidden
 from .end_to_end import end_to_end_scores
-from .gold import get_normalizer, link_gold_mentions, mention_accuracy
+from .gold import get_normalizer, link_gold_mentions, mention_accuracy, recognizers
 from .nil import TEST_HOLD_OUTS, nil_figures
 
 

@@ -195,30 +195,3 @@ def read_domain_synonyms(path: str | Path | None, nlp_lang: str = "en") -> list[
         docs = read_docs(file, nlp)
         pairs.extend((e.text, e.kb_id_) for e in mention_spans(docs) if not any(c in e.kb_id_ for c in "|+"))
     return pairs
-
-
-def recognizers(nlp: Language) -> list[str]:
-    """The components that set or change `doc.ents` (their factory assigns it): `ner`, `dictionary_matcher`,
-    `link_filter`, an `entity_ruler`... Linking gold mentions turns them off, so the gold entities stay as given."""
-    return [name for name in nlp.pipe_names if "doc.ents" in nlp.get_pipe_meta(name).assigns]
-
-
-def gold_linking_off(nlp: Language) -> list[str]:
-    """The components that linking gold mentions turns off: the `recognizers`, so the gold entities stay as given,
-    and `clinical_context`, which only reads the linked entities (and splits sentences at about 0.1 s an
-    abstract)."""
-    return [
-        name
-        for name in nlp.pipe_names
-        if name in recognizers(nlp) or nlp.get_pipe_meta(name).factory == "clinical_context"
-    ]
-
-
-def strip_links(docs: list[Doc]) -> list[Doc]:
-    """Copies of the docs whose entities keep their offsets and labels but lose their gold ids."""
-    out = []
-    for doc in docs:
-        copy = Doc(doc.vocab, words=[t.text for t in doc], spaces=[bool(t.whitespace_) for t in doc])
-        copy.ents = [copy.char_span(e.start_char, e.end_char, label=e.label_) for e in doc.ents]
-        out.append(copy)
-    return out

@@ -360,13 +360,24 @@ class ConceptNormalizer(Pipe):
             except Exception as e:
                 error_handler(self.name, self, docs, e)
 
-    def _entities(self, doc: Doc) -> list[Span]:
+    def entities_to_link(self, doc: Doc) -> list[Span]:
+        """The entities of the doc that the component links: those with one of its `labels` (all when it has none).
+        `predict` answers for these, in this order; the others are left as they are.
+
+        doc (Doc): The document, its entities set.
+        RETURNS (List[Span]): The entities to link, in document order.
+        """
         labels = self.cfg["labels"]
         return [ent for ent in doc.ents if not labels or ent.label_ in labels]
 
-    def _queries(self, ent: Span) -> list[list[str]]:
-        """Per part of the entity, the texts to search (the mention and/or its long form). A composite is searched
-        by its parts even when its whole text is a known name: annotators link such texts both ways."""
+    def queries(self, ent: Span) -> list[list[str]]:
+        """What the component searches for an entity: per part, the texts to search (the mention and/or its long
+        form, as `long_form` says). A composite split by `composite_splitter` is searched by its parts (when
+        `split_composites`) even when its whole text is a known name: annotators link such texts both ways.
+
+        ent (Span): The entity.
+        RETURNS (List[List[str]]): Per part, the texts searched; one part for a mention that is not split.
+        """
         parts = ent._.composite_parts if self.cfg["split_composites"] and ent.has_extension("composite_parts") else None
         if parts:
             return [[p[:MAX_MENTION_CHARS]] for p in parts]
@@ -385,13 +396,13 @@ class ConceptNormalizer(Pipe):
         if self.linker is None:
             raise ConceptNormError(Errors.E301.format(name=self.name))
         docs = list(docs)
-        layout = [[(ent, self._queries(ent)) for ent in self._entities(doc)] for doc in docs]
+        layout = [[(ent, self.queries(ent)) for ent in self.entities_to_link(doc)] for doc in docs]
         texts, contexts = [], []
         with_context = self.linker.needs_context  # Doc.text joins every token: built only when a scorer reads it
         for doc, doc_q in zip(docs, layout):
             doc_text = doc.text if with_context and doc_q else ""
             for ent, ent_q in doc_q:
-                context = _context(ent, doc_text) if with_context else ""
+                context = mention_context(ent.text, doc_text, ent.start_char, ent.end_char) if with_context else ""
                 for part_q in ent_q:
                     texts.extend(part_q)
                     contexts.extend(context for _ in part_q)
@@ -404,7 +415,7 @@ class ConceptNormalizer(Pipe):
     def set_annotations(self, docs: Iterable[Doc], predictions: list[list[list[tuple[str, Match]]]]) -> None:
         nil = self.cfg["nil_threshold"]
         for doc, doc_predictions in zip(docs, predictions):
-            linked = dict(zip(self._entities(doc), doc_predictions))
+            linked = dict(zip(self.entities_to_link(doc), doc_predictions))
             ents = []
             for ent in doc.ents:
                 parts = linked.get(ent)
@@ -644,13 +655,18 @@ def _preference(found: tuple[str, Match]) -> tuple[float, float]:
     return (round(match.confidence, 6), round(match.score, 5))
 
 
-def _context(ent: Span, text: str | None = None) -> str:
-    """The mention in a window of its document (`text`, the doc's text if given), marked with brackets:
-    "... left [mention] right ..."."""
-    text = ent.doc.text if text is None else text
-    left = text[max(0, ent.start_char - CONTEXT_CHARS) : ent.start_char]
-    right = text[ent.end_char : ent.end_char + CONTEXT_CHARS]
-    return f"{left}[{ent.text}]{right}"
+def mention_context(mention: str, text: str, start: int, end: int) -> str:
+    """A mention in a window of its document's text, marked with brackets: "... left [mention] right ...", with
+    up to `CONTEXT_CHARS` characters each side. It is what the ranker's context-aware pair scorers read, in
+    linking, in training (`train-ranker`) and in curation, so all three must build it here.
+
+    mention (str): The mention text.
+    text (str): The text of its document ("" gives the mention alone, in brackets).
+    start (int): The mention's first character in `text`.
+    end (int): The character offset just after the mention in `text`.
+    RETURNS (str): The mention in its context.
+    """
+    return f"{text[max(0, start - CONTEXT_CHARS) : start]}[{mention}]{text[end : end + CONTEXT_CHARS]}"
 
 
 def merged_candidates(records: list[dict]) -> list[tuple[str, float]]:

@@ -23,11 +23,13 @@ from spacy.language import Language
 from spacy.tokens import Doc
 
 from ..errors import ConceptNormError, Errors
-from ..io.corpus import gold_linking_off, mention_spans, strip_links
+from ..evaluation.gold import get_normalizer, gold_mentions, single_concept
+from ..io.corpus import mention_spans
 from ..linking.candidates import CandidateSet
 from ..linking.pair_scorer import RankingGroup
-from ..linking.scoring import NIL, concept_pairs, gold_ids
-from ..pipeline.concept_normalizer import ConceptNormalizer, _context
+from ..linking.scoring import concept_pairs
+from ..pipeline.concept_normalizer import ConceptNormalizer, mention_context
+from .ranker_fit import fit_pair_scorer, fit_ranker
 
 
 @dataclass
@@ -46,41 +48,25 @@ class RankingExample:
         return RankingGroup(self.mention, names, labels, self.context)
 
 
-def normalizer_of(nlp: Language) -> ConceptNormalizer:
-    for _, pipe in nlp.pipeline:
-        if isinstance(pipe, ConceptNormalizer):
-            return pipe
-    raise ConceptNormError(Errors.E903.format(model="the pipeline", names=nlp.pipe_names))
-
-
 def doc_pairs(normalizer: ConceptNormalizer, docs: list[Doc]) -> set[tuple[str, str]]:
     """(normalized text, concept id) pairs of the single-concept gold mentions of the docs."""
     return set(concept_pairs(normalizer.kb, ((e.text, e.kb_id_) for e in mention_spans(docs))))
 
 
-def _queries(nlp: Language, normalizer: ConceptNormalizer, docs: list[Doc]) -> list[tuple[str, str, set[str]]]:
-    """(text searched, context, gold concept ids) for each single-concept gold mention, with the text
-    components run first (so a defined abbreviation is searched as its long form too)."""
-    off = gold_linking_off(nlp)
-    text_pipes = [n for n, p in nlp.pipeline if n not in off and p is not normalizer]
-    with nlp.select_pipes(enable=text_pipes):
-        processed = list(nlp.pipe(strip_links(docs)))
-    kb = normalizer.kb
+def gold_queries(nlp: Language, docs: list[Doc]) -> list[tuple[str, str, set[str]]]:
+    """(text searched, context, gold concept ids) for each single-concept gold mention that is searched as one
+    part, with the text components run first (`gold_mentions`), so a defined abbreviation is searched as its long
+    form too."""
+    _, normalizer = get_normalizer(nlp)
     out = []
-    for gold_doc, doc in zip(docs, processed):
-        by_offsets = {(e.start_char, e.end_char): e for e in doc.ents}
+    for doc, mentions in gold_mentions(nlp, docs, link=False, single=True):
         doc_text = doc.text
-        for gold in gold_doc.ents:
-            ids = gold_ids(gold.kb_id_) if gold.kb_id_ and gold.kb_id_ != NIL else []
-            cid = kb.resolve(ids[0]) if len(ids) == 1 else None
-            ent = by_offsets.get((gold.start_char, gold.end_char))
-            if cid is None or ent is None:
-                continue
-            parts = normalizer._queries(ent)
+        for m in mentions:
+            parts = normalizer.queries(m.ent)
             if len(parts) != 1:
                 continue
-            for text in parts[0]:
-                out.append((text, _context(ent, doc_text), {cid}))
+            context = mention_context(m.ent.text, doc_text, m.ent.start_char, m.ent.end_char)
+            out.extend((text, context, {m.concept}) for text in parts[0])
     return out
 
 
@@ -88,7 +74,7 @@ def ranking_examples(
     nlp: Language, docs: list[Doc], folds: int = 5, seed: int = 0, log: Callable[[str], None] = print
 ) -> list[RankingExample]:
     """Ranking examples of the docs' gold mentions, each fold linked without its own domain names."""
-    normalizer = normalizer_of(nlp)
+    _, normalizer = get_normalizer(nlp)
     generator = normalizer.linker.candidate_generator()  # fits the lexical index unless it is there
     counts_before = generator.counts
     order = list(range(len(docs)))
@@ -100,7 +86,7 @@ def ranking_examples(
         others = doc_pairs(normalizer, other_docs)
         if folds > 1:  # the prior counts the other folds' mentions only
             generator.counts = concept_counts(normalizer, other_docs)
-        queries = _queries(nlp, normalizer, fold_docs)
+        queries = gold_queries(nlp, fold_docs)
         with normalizer.synonyms_hidden(doc_pairs(normalizer, fold_docs) - others):
             keys = list(dict.fromkeys(k for t, _, _ in queries if (k := normalizer.kb.normalizer(t))))
             sets = dict(zip(keys, normalizer.linker.candidate_sets(keys)))
@@ -117,8 +103,7 @@ def concept_counts(normalizer: ConceptNormalizer, docs: list[Doc]) -> dict[str, 
     """Concept id -> number of single-concept gold mentions of the docs."""
     counts: dict[str, int] = {}
     for ent in mention_spans(docs):
-        ids = gold_ids(ent.kb_id_) if ent.kb_id_ and ent.kb_id_ != NIL else []
-        if len(ids) == 1 and (cid := normalizer.kb.resolve(ids[0])) is not None:
+        if (cid := single_concept(normalizer.kb, ent.kb_id_)) is not None:
             counts[cid] = counts.get(cid, 0) + 1
     return counts
 
@@ -177,7 +162,7 @@ def train_ranker(
 
     RETURNS (dict): Candidate recall, dev Acc@1 of the sieve and of the ranker, `reorder`, training times.
     """
-    normalizer = normalizer_of(nlp)
+    _, normalizer = get_normalizer(nlp)
     ranker = normalizer.ranker
     if ranker is None:
         raise ConceptNormError(Errors.E314)
@@ -194,12 +179,13 @@ def train_ranker(
         dev_groups = [e.group(kb) for e in dev] or None
         for name, scorer in ranker.pair_scorers.items():
             t = time.perf_counter()
-            fit = scorer.fit(groups, dev_groups, seed=seed, log=log)
+            fit = fit_pair_scorer(scorer, groups, dev_groups, seed=seed, log=log)
             report[f"{name}_seconds"] = round(time.perf_counter() - t, 1)
             report[f"{name}_history"] = fit.history
         t = time.perf_counter()
         ranker.reorder = True
-        report["fit"] = ranker.fit(
+        report["fit"] = fit_ranker(
+            ranker,
             [e.candidates for e in train],
             [e.gold for e in train],
             [e.mention for e in train],
