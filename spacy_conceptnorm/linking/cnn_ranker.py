@@ -6,13 +6,13 @@ Network", Clinical NLP Workshop, section 3.2. A text goes through
     sub-word token embeddings -> 1-D convolutions (one per kernel width) -> ReLU -> max-pool over time -> linear
 
 to a `dim`-d vector, the same network for mentions and names, and a pair scores minus the L2 distance of its two
-vectors. Training minimizes the triplet margin loss max(d(m, p) - d(m, n) + margin, 0) with the mention m as the
-anchor, a right name p as the positive and a wrong candidate name n of the same group as the negative: the
-candidates come from first-stage candidate generation, so the negatives are hard ones (the paper forms one
-triplet per wrong candidate; here `negatives` wrong candidates per group and step: with `mine`, half of them the
-wrong names closest to the mention under the current weights, the rest random). Adam, learning rate 1e-3, and
-the epoch with the best dev rerank accuracy is kept (the paper's early stopping). The defaults (mining on, 6
-epochs, frozen embeddings, normalized vectors) were chosen on NCBI-disease dev (docs/benchmarks.md).
+vectors. Training (`training.cnn_fit`) minimizes the triplet margin loss max(d(m, p) - d(m, n) + margin, 0) with the
+mention m as the anchor, a right name p as the positive and a wrong candidate name n of the same group as the
+negative: the candidates come from first-stage candidate generation, so the negatives are hard ones (the paper forms
+one triplet per wrong candidate; here `negatives` wrong candidates per group and step: with `mine`, half of them the
+wrong names closest to the mention under the current weights, the rest random). Adam, learning rate 1e-3, and the
+epoch with the best dev rerank accuracy is kept (the paper's early stopping). The defaults (mining on, 6 epochs,
+frozen embeddings, normalized vectors) were chosen on NCBI-disease dev (docs/benchmarks.md).
 
 The paper's fastText PubMed sub-word vectors are not available offline. The tokenizer and the input (word-piece)
 embedding matrix of a transformers model stand in: the packaged all-MiniLM-L6-v2 by default (uncased, 30,522 x
@@ -29,10 +29,8 @@ from __future__ import annotations
 
 import functools
 import json
-import random
-import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -43,7 +41,7 @@ from torch import nn
 
 from ..errors import ConceptNormError, Errors
 from ..io.files import atomic_open, read_settings
-from .pair_scorer import FitReport, PairScorer, RankingGroup, rerank_accuracy
+from .pair_scorer import PairScorer
 
 PACKAGED_MODEL = "all-MiniLM-L6-v2"
 CONFIG_FILE = "cfg.json"
@@ -159,7 +157,8 @@ class CNNRanker(PairScorer):
     max_length (int): Sub-word tokens per text; longer texts are truncated.
     cache_size (int): Text vectors kept between `score` calls.
 
-    The tokenizer, embeddings and network are loaded on first use, so building a pipeline from a config is cheap.
+    The training settings (margin to fine_tune) are read by `training.cnn_fit.fit_cnn`. The tokenizer, embeddings
+    and network are loaded on first use, so building a pipeline from a config is cheap.
     """
 
     name = "cnn"
@@ -215,10 +214,10 @@ class CNNRanker(PairScorer):
     @property
     def network(self) -> TripletCNN:
         if self._network is None:
-            self._initialize(seed=0)
+            self.initialize(seed=0)
         return self._network
 
-    def _initialize(self, seed: int) -> None:
+    def initialize(self, seed: int) -> None:
         """A fresh network (the embeddings as loaded, the other weights drawn with `seed`)."""
         if self._base_embeddings is None:
             self._tokenizer, self._base_embeddings = load_embeddings(self.model)
@@ -230,9 +229,18 @@ class CNNRanker(PairScorer):
         self._network = network.eval()
         self._cache.clear()
 
+    def clear_cache(self) -> None:
+        """Forget the cached text vectors (they are stale once the weights change)."""
+        self._cache.clear()
+
+    def trainable_state(self) -> dict[str, torch.Tensor]:
+        """A copy of the network's weights, without the embedding matrix when it is frozen."""
+        state = self.network.state_dict()
+        return {k: v.detach().clone() for k, v in state.items() if self.fine_tune or k != "embeddings.weight"}
+
     def _tokenize(self, texts: Sequence[str]) -> list[list[int]]:
         if self._network is None:
-            self._initialize(seed=0)  # loads the tokenizer with the embeddings
+            self.initialize(seed=0)  # loads the tokenizer with the embeddings
         ids = self._tokenizer(
             [t.lower() for t in texts], add_special_tokens=False, truncation=True, max_length=self.max_length
         )["input_ids"]
@@ -244,6 +252,11 @@ class CNNRanker(PairScorer):
         for i, row in enumerate(ids):
             padded[i, : len(row)] = torch.tensor(row)
         return self.network(padded, lengths)
+
+    def vectors(self, texts: Sequence[str]) -> torch.Tensor:
+        """(texts x dim) vectors straight from the network in one batch: uncached, with gradients when they are
+        enabled (what training backpropagates through; `embed` is for scoring)."""
+        return self._forward(self._tokenize(texts))
 
     def embed(self, texts: Sequence[str], batch_size: int = 256) -> torch.Tensor:
         """(texts x dim) float32 vectors, from the cache where possible; the rest in batches of similar length."""
@@ -280,97 +293,6 @@ class CNNRanker(PairScorer):
             start += len(group)
         return scores
 
-    def fit(
-        self,
-        groups: Sequence[RankingGroup],
-        dev: Sequence[RankingGroup] | None = None,
-        *,
-        seed: int = 0,
-        log: Callable[[str], None] = print,
-    ) -> FitReport:
-        """Train a fresh network on triplets (mention, a right name, a wrong name) drawn from the groups; with
-        `dev`, keep the epoch with the best `rerank_accuracy` on it."""
-        start_time = time.perf_counter()
-        random.seed(seed)
-        np.random.seed(seed)
-        torch.manual_seed(seed)
-        rng = random.Random(seed)
-        usable = [g for g in groups if any(g.labels) and not all(g.labels)]
-        self._initialize(seed)
-        network = self.network
-        dense = [p for p in network.parameters() if p is not network.embeddings.weight]
-        optimizers = [torch.optim.Adam(dense, lr=self.lr)]
-        if self.fine_tune:  # only the rows of the batch's tokens get a gradient and an update
-            optimizers.append(torch.optim.SparseAdam([network.embeddings.weight], lr=self.lr))
-        history: list[dict] = []
-        best_accuracy, best_state = -1.0, None
-        for epoch in range(1, self.epochs + 1):
-            epoch_start = time.perf_counter()
-            rng.shuffle(usable)
-            network.train()
-            total, steps = 0.0, 0
-            for batch_start in range(0, len(usable), self.batch_size):
-                loss = self._triplet_loss(usable[batch_start : batch_start + self.batch_size], rng)
-                for optimizer in optimizers:
-                    optimizer.zero_grad()
-                loss.backward()
-                for optimizer in optimizers:
-                    optimizer.step()
-                total += loss.item()
-                steps += 1
-            network.eval()
-            self._cache.clear()
-            record = {"epoch": epoch, "loss": total / max(steps, 1)}
-            if dev is not None:
-                record["dev_accuracy"] = rerank_accuracy(self, dev)
-                self._cache.clear()
-                if record["dev_accuracy"] > best_accuracy:
-                    best_accuracy = record["dev_accuracy"]
-                    best_state = self._trainable_state()
-            record["seconds"] = time.perf_counter() - epoch_start
-            history.append(record)
-            dev_text = f", dev rerank accuracy {record['dev_accuracy']:.4f}" if dev is not None else ""
-            log(f"cnn epoch {epoch}/{self.epochs}: loss {record['loss']:.4f}{dev_text} ({record['seconds']:.1f}s)")
-        if best_state is not None:
-            network.load_state_dict(best_state, strict=False)
-            self._cache.clear()
-        return FitReport(seconds=time.perf_counter() - start_time, epochs=self.epochs, history=history)
-
-    def _trainable_state(self) -> dict[str, torch.Tensor]:
-        """A copy of the network's weights, without the embedding matrix when it is frozen."""
-        state = self.network.state_dict()
-        return {k: v.detach().clone() for k, v in state.items() if self.fine_tune or k != "embeddings.weight"}
-
-    def _closest_first(self, groups: Sequence[RankingGroup]) -> list[list[int]]:
-        """Per group, its names' positions from the closest to the mention to the farthest, under the current
-        weights (without gradients; the cache is cleared again since the weights are about to change)."""
-        scores = self.score([g.mention for g in groups], [g.names for g in groups])
-        self._cache.clear()
-        self.network.train()
-        return [np.argsort(-s, kind="stable").tolist() for s in scores]
-
-    def _triplet_loss(self, groups: Sequence[RankingGroup], rng: random.Random) -> torch.Tensor:
-        """Mean triplet margin loss over the groups' triplets; each distinct text is embedded once."""
-        closest = self._closest_first(groups) if self.mine else [list(range(len(g.names))) for g in groups]
-        anchors, positives, negatives = [], [], []
-        for g, order in zip(groups, closest):
-            right = [n for n, label in zip(g.names, g.labels) if label]
-            wrong = [g.names[i] for i in order if not g.labels[i]]
-            positive = rng.choice(right)
-            for negative in pick_negatives(wrong, self.negatives, self.negatives // 2 if self.mine else 0, rng):
-                anchors.append(g.mention)
-                positives.append(positive)
-                negatives.append(negative)
-        texts = list(dict.fromkeys([*anchors, *positives, *negatives]))
-        row = {t: i for i, t in enumerate(texts)}
-        vectors = self._forward(self._tokenize(texts))
-
-        def distance(a: list[str], b: list[str]) -> torch.Tensor:
-            diff = vectors[[row[t] for t in a]] - vectors[[row[t] for t in b]]
-            return (diff.pow(2).sum(dim=1) + 1e-12).sqrt()  # the epsilon keeps the gradient finite at distance 0
-
-        return F.relu(distance(anchors, positives) - distance(anchors, negatives) + self.margin).mean()
-
     # --- serialization --------------------------------------------------------------------------------------------
     def to_disk(self, path: str | Path) -> None:
         """Write `cfg.json` and `weights.safetensors` (without the embeddings when frozen; when fine-tuned, the
@@ -379,7 +301,7 @@ class CNNRanker(PairScorer):
 
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
-        state = {k: v.contiguous() for k, v in self._trainable_state().items()}
+        state = {k: v.contiguous() for k, v in self.trainable_state().items()}
         if self.fine_tune:
             embeddings = state.pop("embeddings.weight")
             rows = (embeddings != self._base_embeddings).any(dim=1).nonzero().flatten()
@@ -410,7 +332,7 @@ class CNNRanker(PairScorer):
         self._tokenizer, self._base_embeddings = None, None
         for key, value in settings.items():
             setattr(self, key, value)
-        self._initialize(seed=0)
+        self.initialize(seed=0)
         network = self.network
         embeddings = network.embeddings.weight.detach().clone()
         rows, values = state.pop("embeddings.rows", None), state.pop("embeddings.values", None)
@@ -428,12 +350,6 @@ class CNNRanker(PairScorer):
 
 def _read_config(path: Path) -> dict:
     return read_settings(path, "CNN ranker", FORMAT, VERSION)
-
-
-def pick_negatives(wrong: Sequence[str], n: int, hard: int, rng: random.Random) -> list[str]:
-    """`n` negatives from wrong names ordered closest first: the first `hard` of them, then random others."""
-    rest = list(wrong[hard:])
-    return list(wrong[:hard]) + rng.sample(rest, min(n - min(hard, len(wrong)), len(rest)))
 
 
 @registry.misc("spacy_conceptnorm.cnn_ranker.v1")

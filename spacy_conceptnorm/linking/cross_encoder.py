@@ -9,12 +9,12 @@ The first segment is the mention, followed (when `context_chars` > 0 and a conte
 head on the pooled [CLS] vector (`AutoModelForSequenceClassification` with one label) gives the score. The default
 model is the packaged all-MiniLM-L6-v2 (6 layers, 384 wide, uncased); any transformers directory or id works.
 
-Training is listwise: per group and step, the scores of one right name and `negatives` wrong names of the same
-group go through a softmax, and the loss is the cross-entropy of the right one (`loss = "binary"` instead takes a
-sigmoid cross-entropy per pair). The wrong names are other candidates of the mention, so the negatives are hard
-ones; a wrong name that reads like a right one (same text, another concept) is never taken as a negative. AdamW,
-linear warm-up over the first 10% of the steps, then linear decay; with `dev`, the epoch with the best dev rerank
-accuracy is kept.
+Training (`training.cross_encoder_fit`) is listwise: per group and step, the scores of one right name and
+`negatives` wrong names of the same group go through a softmax, and the loss is the cross-entropy of the right one
+(`loss = "binary"` instead takes a sigmoid cross-entropy per pair). The wrong names are other candidates of the
+mention, so the negatives are hard ones; a wrong name that reads like a right one (same text, another concept) is
+never taken as a negative. AdamW, linear warm-up over the first 10% of the steps, then linear decay; with `dev`, the
+epoch with the best dev rerank accuracy is kept.
 
 Scores are independent of how pairs are batched: `score` tokenizes every distinct pair, groups the pairs by exact
 token length and runs each group in chunks, so no pair is padded, and each chunk is topped up with copies of its
@@ -28,24 +28,19 @@ fp32.
 
 from __future__ import annotations
 
-import copy
 import json
-import math
-import random
-import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from spacy.util import registry
 
 from ..errors import ConceptNormError, Errors
 from ..io.files import read_settings, write_dir_atomically
 from ..ml.name_encoder import cpu_has_native_bf16
-from .pair_scorer import FitReport, PairScorer, RankingGroup, rerank_accuracy
+from .pair_scorer import PairScorer
 
 PACKAGED_MODEL = "all-MiniLM-L6-v2"
 CONFIG_FILE = "cfg.json"
@@ -143,7 +138,8 @@ class CrossEncoderRanker(PairScorer):
     cache_size (int): Pair scores kept between `score` calls.
     device (str): "cpu", "cuda", ...; None picks CUDA when available.
 
-    The tokenizer and model are loaded on first use, so building a pipeline from a config is cheap.
+    The training settings (epochs to max_groups) are read by `training.cross_encoder_fit.fit_cross_encoder`. The
+    tokenizer and model are loaded on first use, so building a pipeline from a config is cheap.
     """
 
     name = "cross_encoder"
@@ -209,16 +205,16 @@ class CrossEncoderRanker(PairScorer):
     def network(self) -> torch.nn.Module:
         """The transformer with its one-score head (loaded on first use; the head drawn with seed 0)."""
         if self._network is None:
-            self._initialize(seed=0)
+            self.initialize(seed=0)
         return self._network
 
     @property
     def tokenizer(self):
         if self._tokenizer is None:
-            self._initialize(seed=0)
+            self.initialize(seed=0)
         return self._tokenizer
 
-    def _initialize(self, seed: int) -> None:
+    def initialize(self, seed: int) -> None:
         """Load the base model afresh; the new score head is drawn with `seed`."""
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
@@ -237,17 +233,22 @@ class CrossEncoderRanker(PairScorer):
         self._tokenizer = tokenizer
         self._cache.clear()
 
+    def clear_cache(self) -> None:
+        """Forget the cached pair scores (they are stale once the weights change)."""
+        self._cache.clear()
+
     def first_segment(self, mention: str, context: str) -> str:
         """The pair's first text: the mention, then " ; " and its context window when there is one."""
         window = context_window(mention, context or "", self.context_chars)
         return f"{mention} ; {window}" if window else mention
 
-    def _encode(self, firsts: Sequence[str], names: Sequence[str], padding: bool) -> dict:
+    def tokenize(self, firsts: Sequence[str], names: Sequence[str], padding: bool) -> dict:
+        """Token ids of (first segment, name) pairs, cut to `max_length` from the end of the longer segment."""
         return self.tokenizer(
             list(firsts), list(names), truncation="longest_first", max_length=self.max_length, padding=padding
         )
 
-    def _logits(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    def logits(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """One fp32 score per row of a tokenized batch (autocast per `precision`), with gradients if enabled."""
         dtype = autocast_dtype(self.precision, self.device)
         device_type = self.device.split(":")[0]
@@ -280,7 +281,7 @@ class CrossEncoderRanker(PairScorer):
         """Scores of (first segment, name) pairs, uncached: pairs of one token length share a forward pass."""
         if not pairs:
             return []
-        ids = self._encode([p[0] for p in pairs], [p[1] for p in pairs], padding=False)
+        ids = self.tokenize([p[0] for p in pairs], [p[1] for p in pairs], padding=False)
         by_length: dict[int, list[int]] = {}
         for i, row in enumerate(ids["input_ids"]):
             by_length.setdefault(len(row), []).append(i)
@@ -295,120 +296,10 @@ class CrossEncoderRanker(PairScorer):
                     chunk = rows[start : start + self.score_batch_size]
                     padded = chunk + [chunk[0]] * (MIN_ROWS - len(chunk))
                     batch = {key: torch.tensor([ids[key][i] for i in padded]) for key in ids}
-                    for i, value in zip(chunk, self._logits(batch).tolist()):
+                    for i, value in zip(chunk, self.logits(batch).tolist()):
                         scores[i] = value
         network.train(was_training)
         return scores
-
-    def fit(
-        self,
-        groups: Sequence[RankingGroup],
-        dev: Sequence[RankingGroup] | None = None,
-        *,
-        seed: int = 0,
-        log: Callable[[str], None] = print,
-    ) -> FitReport:
-        """Fine-tune the base model afresh on the groups (each with a right and a wrong name); with `dev`, keep the
-        epoch with the best `rerank_accuracy` on it."""
-        start_time = time.perf_counter()
-        random.seed(seed)
-        np.random.seed(seed)
-        torch.manual_seed(seed)
-        rng = random.Random(seed)
-        usable = [g for g in groups if all(_split(g))]
-        self._initialize(seed)
-        network = self.network
-        network.get_input_embeddings().weight.requires_grad_(not self.freeze_embeddings)
-        trained = [p for p in network.parameters() if p.requires_grad]
-        per_epoch = min(len(usable), self.max_groups or len(usable))
-        steps_per_epoch = math.ceil(per_epoch / self.batch_size)
-        total_steps = max(steps_per_epoch * self.epochs, 1)
-        warmup = max(total_steps // 10, 1)
-        optimizer = torch.optim.AdamW(trained, lr=self.lr, weight_decay=0.01)
-        schedule = torch.optim.lr_scheduler.LambdaLR(
-            optimizer, lambda step: min((step + 1) / warmup, max(total_steps - step, 0) / (total_steps - warmup + 1))
-        )
-        history: list[dict] = []
-        best_accuracy, best_state = -1.0, None
-        for epoch in range(1, self.epochs + 1):
-            epoch_start = last_log = time.perf_counter()
-            network.train()
-            total, pairs = 0.0, 0
-            for step, batch in enumerate(self._steps(usable, per_epoch, rng)):
-                loss, n_pairs = self._loss(batch, rng)
-                optimizer.zero_grad()
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(trained, 1.0)
-                optimizer.step()
-                schedule.step()
-                total += loss.item()
-                pairs += n_pairs
-                if time.perf_counter() - last_log > 60 and step + 1 < steps_per_epoch:
-                    last_log = time.perf_counter()
-                    rate = pairs / (last_log - epoch_start)
-                    log(
-                        f"cross_encoder epoch {epoch}: step {step + 1}/{steps_per_epoch}, loss {total / (step + 1):.4f}"
-                        f" ({rate:.0f} pairs/s)"
-                    )
-            network.eval()
-            self._cache.clear()
-            record = {"epoch": epoch, "loss": total / max(steps_per_epoch, 1), "pairs": pairs}
-            record["train_seconds"] = time.perf_counter() - epoch_start
-            if dev is not None:
-                record["dev_accuracy"] = rerank_accuracy(self, dev)
-                if record["dev_accuracy"] > best_accuracy:
-                    best_accuracy = record["dev_accuracy"]
-                    best_state = copy.deepcopy(network.state_dict())
-            record["seconds"] = time.perf_counter() - epoch_start
-            history.append(record)
-            dev_text = f", dev rerank accuracy {record['dev_accuracy']:.4f}" if dev is not None else ""
-            log(
-                f"cross_encoder epoch {epoch}/{self.epochs}: loss {record['loss']:.4f}{dev_text} "
-                f"({pairs} pairs, {record['seconds']:.1f}s)"
-            )
-        if best_state is not None:
-            network.load_state_dict(best_state)
-        self._cache.clear()
-        return FitReport(seconds=time.perf_counter() - start_time, epochs=self.epochs, history=history)
-
-    def _steps(self, groups: Sequence[RankingGroup], size: int, rng: random.Random) -> list[list[RankingGroup]]:
-        """One epoch's steps: `size` groups drawn at random, cut into steps of groups of similar text length (sorted
-        within windows of 50 steps, then the steps shuffled), so that little of a step's batch is padding."""
-        order = rng.sample(list(groups), size)
-        window = self.batch_size * 50
-        steps = []
-        for start in range(0, len(order), window):
-            chunk = sorted(order[start : start + window], key=self._length)
-            steps.extend(chunk[i : i + self.batch_size] for i in range(0, len(chunk), self.batch_size))
-        rng.shuffle(steps)
-        return steps
-
-    def _length(self, group: RankingGroup) -> int:
-        """A group's longest pair in characters (a stand-in for tokens)."""
-        return len(self.first_segment(group.mention, group.context)) + max(len(n) for n in group.names)
-
-    def _loss(self, groups: Sequence[RankingGroup], rng: random.Random) -> tuple[torch.Tensor, int]:
-        """The mean loss over the groups' lists (a right name first, then up to `negatives` wrong ones)."""
-        firsts, names, sizes = [], [], []
-        for g in groups:
-            right, wrong = _split(g)
-            top = min(self.top_negatives, self.negatives)
-            rest = rng.sample(wrong[top:], min(self.negatives - top, len(wrong) - top))
-            chosen = [rng.choice(right), *wrong[:top], *rest]
-            first = self.first_segment(g.mention, g.context)
-            firsts.extend([first] * len(chosen))
-            names.extend(chosen)
-            sizes.append(len(chosen))
-        batch = self._encode(firsts, names, padding=True)
-        logits = self._logits({key: torch.tensor(value) for key, value in batch.items()})
-        if self.loss == "binary":
-            targets = torch.cat([F.one_hot(torch.tensor(0), n).float() for n in sizes]).to(logits.device)
-            return F.binary_cross_entropy_with_logits(logits, targets), len(names)
-        lists = torch.full((len(sizes), max(sizes)), float("-inf"), device=logits.device)
-        mask = torch.arange(max(sizes))[None, :] < torch.tensor(sizes)[:, None]
-        lists = lists.masked_scatter(mask.to(logits.device), logits)
-        targets = torch.zeros(len(sizes), dtype=torch.long, device=logits.device)
-        return F.cross_entropy(lists, targets), len(names)
 
     # --- serialization --------------------------------------------------------------------------------------------
     def to_disk(self, path: str | Path) -> None:
@@ -456,18 +347,6 @@ class CrossEncoderRanker(PairScorer):
             setattr(self, key, value)
         self._set(network, tokenizer)
         return self
-
-
-def _split(group: RankingGroup) -> tuple[list[str], list[str]]:
-    """A group's right names, and its distinct wrong names that differ from every right one (case ignored)."""
-    right = [n for n, label in zip(group.names, group.labels) if label]
-    taken = {n.lower() for n in right}
-    wrong = []
-    for n, label in zip(group.names, group.labels):
-        if not label and n.lower() not in taken:
-            taken.add(n.lower())
-            wrong.append(n)
-    return right, wrong
 
 
 def _read_config(path: Path) -> dict:

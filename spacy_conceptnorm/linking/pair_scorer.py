@@ -1,15 +1,16 @@
 """Pair scorers: learned models that score (mention, candidate name) pairs for the second-stage ranker.
 
-A pair scorer adds one feature column to the ranker (see `ranking.ranker`): Mondal et al.'s triplet CNN
-(`ranking.cnn`) and a cross-encoder (`ranking.cross_encoder`). Both are trained from `RankingGroup`s: a mention,
-the names of its candidate concepts (from candidate generation, so the negatives are hard ones) and which of
-them are right.
+A pair scorer adds one feature column to the ranker (see `linking.ranker`): Mondal et al.'s triplet CNN
+(`linking.cnn_ranker`) and a cross-encoder (`linking.cross_encoder`). Both are trained from `RankingGroup`s: a
+mention, the names of its candidate concepts (from candidate generation, so the negatives are hard ones) and which
+of them are right. This module holds what inference needs; training lives in the training package
+(`training.ranker_fit.fit_pair_scorer`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -47,44 +48,16 @@ def write_groups(path: str | Path, groups: Sequence[RankingGroup]) -> None:
     srsly.write_jsonl(path, (g.to_dict() for g in groups))
 
 
-def rerank_accuracy(scorer: PairScorer, groups: Sequence[RankingGroup]) -> float:
-    """Share of groups with a right name whose best-scored name is a right one (ties: the earlier name)."""
-    usable = [g for g in groups if any(g.labels)]
-    if not usable:
-        return 0.0
-    scores = scorer.score([g.mention for g in usable], [g.names for g in usable], [g.context for g in usable])
-    return sum(g.labels[int(np.argmax(s))] for g, s in zip(usable, scores)) / len(usable)
-
-
-@dataclass
-class FitReport:
-    """What `fit` did. seconds (float): wall time; epochs (int); history (List[dict]): per epoch, e.g. loss and
-    dev rerank accuracy."""
-
-    seconds: float
-    epochs: int
-    history: list[dict] = field(default_factory=list)
-
-
 class PairScorer:
     """Scores (mention, candidate name) pairs; higher means more likely the same concept.
 
-    Subclasses implement `fit`, `score`, `to_disk` and `from_disk`. `score` must be deterministic and must not
-    depend on how queries are batched.
+    Subclasses implement `score`, `to_disk` and `from_disk`. `score` must be deterministic and must not depend on
+    how queries are batched. Training is not part of the protocol (linking never imports training):
+    `training.ranker_fit.fit_pair_scorer` trains the package's scorers, and a scorer from elsewhere by calling its
+    own `fit(groups, dev, *, seed, log)` method.
     """
 
     name = "pair_scorer"
-
-    def fit(
-        self,
-        groups: Sequence[RankingGroup],
-        dev: Sequence[RankingGroup] | None = None,
-        *,
-        seed: int = 0,
-        log: Callable[[str], None] = print,
-    ) -> FitReport:
-        """Train on the groups (dev, when given, picks the best epoch by `rerank_accuracy`)."""
-        raise NotImplementedError
 
     def score(
         self,

@@ -10,8 +10,8 @@ path) unless `fast_path` is off.
 A `confidence_scorer` is a pair scorer trained with the ranker whose score is no ranking column: it scores the
 answer (the mention and the answering name) as evidence for the confidence model (`Linker`, `pair_score`).
 
-The model is three arrays (`WEIGHTS`), saved as plain numbers: predicting is one matrix product, and loading a
-pipeline unpickles nothing.
+The model is fitted by the training package (`training.ranker_fit.fit_ranker`). It is three arrays (`WEIGHTS`),
+saved as plain numbers: predicting is one matrix product, and loading a pipeline unpickles nothing.
 """
 
 from __future__ import annotations
@@ -112,35 +112,6 @@ class Ranker:
             extra.append(scorer.score(mentions, [s.names for s in sets], contexts))
         return [np.column_stack([b, *(e[i].reshape(-1, 1) for e in extra)]) for i, b in enumerate(base)]
 
-    # --- training -------------------------------------------------------------------------------------------------
-    def fit(
-        self,
-        sets: Sequence[CandidateSet],
-        gold: Sequence[set[str]],
-        mentions: Sequence[str],
-        contexts: Sequence[str],
-    ) -> dict:
-        """Fit the listwise model on the candidate sets the ranker will see (with the fast path on, not those of
-        known names) whose gold concept is among the candidates (the others teach nothing about ranking).
-
-        gold (Sequence[Set[str]]): Per set, the right concept ids.
-        """
-        keep = [
-            i for i, s in enumerate(sets)
-            if gold[i] & set(s.concept_ids) and len(s.concept_ids) > 1 and not (self.fast_path and s.exact)
-        ]  # fmt: skip
-        if not keep:
-            raise ConceptNormError(Errors.E312)
-        mats = self.matrix([sets[i] for i in keep], [mentions[i] for i in keep], [contexts[i] for i in keep])
-        right = [np.array([c in gold[i] for c in sets[i].concept_ids]) for i in keep]
-        x = np.vstack(mats).astype(np.float64)  # float64 weights: saved and reloaded exactly
-        mean, scale = x.mean(0), x.std(0)
-        scale[scale == 0] = 1.0
-        coef = fit_conditional_logit([(m - mean) / scale for m in mats], right, self.regularization)
-        # no intercept: a constant added to every candidate's score leaves the softmax unchanged
-        self.weights = {"mean": mean, "scale": scale, "coef": coef}
-        return {"sets": len(keep), "pairs": len(x), "coef": dict(zip(self.columns, map(float, coef)))}
-
     # --- ranking --------------------------------------------------------------------------------------------------
     def probabilities(self, matrix: np.ndarray) -> np.ndarray:
         """Softmax over one candidate set of the linear scores: P(candidate is the right one | one is)."""
@@ -234,40 +205,6 @@ def _with_evidence(match: Match, key: str, scores: list[float], dense: float, ex
             **word_overlap(key, match.names[0] if match.names else ""),
         }
     return match
-
-
-def fit_conditional_logit(mats: Sequence[np.ndarray], right: Sequence[np.ndarray], l2: float) -> np.ndarray:
-    """Weights w maximizing the mean log-probability of the right candidates under a softmax of X @ w over each
-    set (McFadden's conditional logit, ListNet with one right answer), with an L2 penalty; L-BFGS in torch.
-
-    mats (Sequence[np.ndarray]): Per set, its (candidates x columns) standardized matrix.
-    right (Sequence[np.ndarray]): Per set, a boolean mask of the right candidates (one or more).
-    l2 (float): Strength of the penalty on the weights.
-    """
-    import torch
-
-    width = max(len(m) for m in mats)
-    dim = mats[0].shape[1]
-    x = torch.zeros(len(mats), width, dim, dtype=torch.float64)
-    valid = torch.zeros(len(mats), width, dtype=torch.bool)
-    target = torch.zeros(len(mats), width, dtype=torch.bool)
-    for i, (m, r) in enumerate(zip(mats, right)):
-        x[i, : len(m)] = torch.from_numpy(np.asarray(m, dtype=np.float64))
-        valid[i, : len(m)] = True
-        target[i, : len(m)] = torch.from_numpy(r)
-    w = torch.zeros(dim, dtype=torch.float64, requires_grad=True)
-    optimizer = torch.optim.LBFGS([w], max_iter=500, line_search_fn="strong_wolfe")
-
-    def closure():
-        optimizer.zero_grad()
-        logp = torch.log_softmax((x @ w).masked_fill(~valid, float("-inf")), dim=1)
-        right_logp = torch.logsumexp(logp.masked_fill(~target, float("-inf")), dim=1)
-        loss = -right_logp.mean() + l2 * (w * w).sum()
-        loss.backward()
-        return loss
-
-    optimizer.step(closure)
-    return w.detach().numpy().copy()
 
 
 @registry.misc("spacy_conceptnorm.ranker.v1")
