@@ -38,10 +38,9 @@ import numpy as np
 import spacy
 import torch
 import typer
-from spacy_conceptnorm.kb.knowledge_base import KnowledgeBase, load_kb
 
 from spacy_conceptnorm.clustering import load_encoder
-from spacy_conceptnorm.evaluation.bne import (
+from spacy_conceptnorm.evaluation.bne_metrics import (
     BM25,
     gold_mentions,
     nearest_name_accuracy,
@@ -51,6 +50,7 @@ from spacy_conceptnorm.evaluation.bne import (
 from spacy_conceptnorm.evaluation.gold import link_gold_mentions, mention_accuracy
 from spacy_conceptnorm.evaluation.similarity import read_term_pairs, similarity_correlation
 from spacy_conceptnorm.io.corpus import pubtator_to_docs
+from spacy_conceptnorm.kb.knowledge_base import KnowledgeBase, load_kb
 from spacy_conceptnorm.kb.synonyms import held_out_concepts, synonym_sets
 from spacy_conceptnorm.ml.bne.encoder import REPORT_FILE, BNEEncoder
 from spacy_conceptnorm.ml.name_encoder import NameEncoder

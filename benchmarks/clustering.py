@@ -31,7 +31,6 @@ from pathlib import Path
 
 import numpy as np
 import typer
-from spacy_conceptnorm.kb.knowledge_base import ONTOLOGY, load_kb
 
 from spacy_conceptnorm.clustering import (
     DEFAULT_THRESHOLDS,
@@ -48,6 +47,7 @@ from spacy_conceptnorm.clustering import (
 )
 from spacy_conceptnorm.clustering.graph import build_index, pick_index
 from spacy_conceptnorm.io.files import write_json
+from spacy_conceptnorm.kb.knowledge_base import ONTOLOGY, load_kb
 
 app = typer.Typer(add_completion=False, no_args_is_help=True)
 MEDIC = Path("../shared/data/medic/medic_06Jul2012.txt")

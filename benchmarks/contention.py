@@ -59,7 +59,7 @@ with training_threads() as threads:
     rate = len(batches) / (time.perf_counter() - start)""",
 }
 SETUPS = {
-    "torch first, spinning (before)": ("import torch, spacy_conceptnorm.ml.threads as t; t._spinning[0] = False", {}),
+    "torch first, spinning (before)": ("import torch, spacy_conceptnorm.ml.threads as t; t.set_spinning(False)", {}),
     "torch first (one thread when oversubscribed)": ("import torch", {}),
     "torch first, one thread": ("import torch; torch.set_num_threads(1)", {}),
     "package first": ("import spacy_conceptnorm", {}),

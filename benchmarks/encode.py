@@ -26,13 +26,12 @@ from pathlib import Path
 import numpy as np
 import torch
 import typer
-from spacy_conceptnorm.kb.knowledge_base import load_kb
 
+from spacy_conceptnorm.cli.benchmark_weight import machine
 from spacy_conceptnorm.io.corpus import read_docs
 from spacy_conceptnorm.io.files import write_json
+from spacy_conceptnorm.kb.knowledge_base import load_kb
 from spacy_conceptnorm.ml.name_encoder import NameEncoder
-
-from .weight import machine
 
 app = typer.Typer(add_completion=False)
 VARIANTS = ("fp32", "bf16", "int8", "onnx")
@@ -46,7 +45,7 @@ def variant_encoder(variant: str, model: str | None) -> NameEncoder:
         return NameEncoder(model, precision="fp32", runtime="onnx")
     encoder = NameEncoder(model, precision="bf16" if variant == "bf16" else "fp32")
     if variant == "int8":
-        encoder._model = torch.ao.quantization.quantize_dynamic(encoder.model, {torch.nn.Linear}, dtype=torch.qint8)
+        encoder.model = torch.ao.quantization.quantize_dynamic(encoder.model, {torch.nn.Linear}, dtype=torch.qint8)
     return encoder
 
 

@@ -32,7 +32,6 @@ import threading
 import time
 from pathlib import Path
 
-import faiss
 import numpy as np
 import typer
 
@@ -210,7 +209,7 @@ def child_index(kb_path: str, vectors: str, spec: str, queries: int, truth: str)
     reference = np.load(truth) if index_type != "exact" and Path(truth).exists() else None
     sweep = []
     for setting, value in SWEEPS.get(index.index_type, ()):  # the same index searched wider: recall for speed
-        _set_search_breadth(index, setting, value)
+        index.set_search_breadth(**{setting: value})
         start = time.perf_counter()
         wider = index.search(query_vectors, 20)[1][:, 0]
         row = {"setting": setting, "value": value, "qps_batch": queries / (time.perf_counter() - start)}
@@ -226,15 +225,6 @@ def child_index(kb_path: str, vectors: str, spec: str, queries: int, truth: str)
     elif reference is not None:
         result["recall_at_1"] = float((reference == top1).mean())
     return result
-
-
-def _set_search_breadth(index, setting: str, value: int) -> None:
-    """Set an index's nprobe (IVF) or efSearch (HNSW) after it is built."""
-    inner = index._index
-    if setting == "ivf_nprobe":
-        faiss.extract_index_ivf(inner).nprobe = value
-    else:
-        faiss.downcast_index(inner.index).hnsw.efSearch = value
 
 
 def real_vectors(pipeline: Path, dev: Path, specs: list[str]) -> list[dict]:
@@ -267,7 +257,7 @@ def real_vectors(pipeline: Path, dev: Path, specs: list[str]) -> list[dict]:
         reference = top1 if reference is None else reference
         row["recall_at_1"] = float((top1 == reference).mean())
         for setting, value in SWEEPS.get(index.index_type, ()):
-            _set_search_breadth(index, setting, value)
+            index.set_search_breadth(**{setting: value})
             wider = index.search(queries, 20)[1][:, 0]
             row[f"recall_at_1_{setting}_{value}"] = float((wider == reference).mean())
         results.append(row)

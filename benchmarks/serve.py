@@ -36,11 +36,11 @@ import numpy as np
 import spacy
 import srsly
 import typer
-from spacy_conceptnorm.kb.knowledge_base import KnowledgeBase, load_kb
 
 from spacy_conceptnorm.annotate import annotate, read_pubtator
 from spacy_conceptnorm.io.corpus import read_pubtator as read_gold
 from spacy_conceptnorm.io.files import atomic_open
+from spacy_conceptnorm.kb.knowledge_base import KnowledgeBase, load_kb
 from spacy_conceptnorm.serve import load_curation
 
 app = typer.Typer(add_completion=False)

@@ -96,7 +96,7 @@ class NameEncoder:
         gives. The two give the same vectors to within 1e-6 of cosine; ONNX Runtime is faster on the small
         batches of mentions (NCBI-disease test gold mentions, cache empty, 6 runs interleaved in one process:
         890 -> 1,140 mentions/s, the same 6,892 links and confidences on train, dev and test); on the long
-        batches of names it is no faster on a CPU with AVX-512 (`benchmarks.encode`), 1.3x faster on one with
+        batches of names it is no faster on a CPU with AVX-512 (docs/benchmarks.md), 1.3x faster on one with
         AVX2 only (3,000 MEDIC names: 8.6 -> 6.6 s; NCBI-disease dev mentions: 2.3 -> 1.1 s). Neither ONNX
         Runtime's transformer fusions (1.10 s for the dev mentions against 1.08 s without) nor int8 dynamic
         quantization (1.3x faster, but NCBI-disease dev Acc@1 as shipped 88.82 -> 88.56, the dev mentions taken
@@ -193,6 +193,13 @@ class NameEncoder:
         if self._model is None:
             self._load()
         return self._model
+
+    @model.setter
+    def model(self, model: torch.nn.Module) -> None:
+        """Encode with another torch model of the same tokenizer, e.g. a quantized copy of this one
+        (`torch.ao.quantization.quantize_dynamic`), to compare its speed and vectors (docs/benchmarks.md)."""
+        self._load(model=False)  # the tokenizer, so that a later first use does not load the weights over it
+        self._model = model
 
     @property
     def tokenizer(self):

@@ -4,7 +4,7 @@ forked workers that die with their parent.
 
 OpenMP wait policy. GNU OpenMP (torch's CPU runtime) keeps idle threads spinning between parallel regions; beside
 another CPU-heavy process a spinning thread waits on one that is not scheduled, and the encoder runs 3 to 19x
-slower (`python -m benchmarks.contention`). `OMP_WAIT_POLICY=PASSIVE` lets them sleep, at no
+slower (docs/benchmarks.md). `OMP_WAIT_POLICY=PASSIVE` lets them sleep, at no
 cost to see on an idle machine. The runtime reads the variable once, when torch loads, so the package sets
 it (if unset) when it is imported before torch: the command line (`python -m spacy_conceptnorm`, the
 `spacy-conceptnorm` script: annotate, train, evaluate, ...) and any program that imports `spacy_conceptnorm`
@@ -48,13 +48,20 @@ def passive_openmp_by_default() -> None:
     _spinning[0] = "torch" in sys.modules and "OMP_WAIT_POLICY" not in os.environ
 
 
+def set_spinning(spinning: bool) -> None:
+    """Say whether torch's OpenMP threads spin, which `passive_openmp_by_default` decides when the package is
+    imported. The one-thread fallbacks (`one_thread_if_oversubscribed`, `training_threads`) act only while it is
+    True: False turns them off, as the package ran before them (docs/benchmarks.md compares the two)."""
+    _spinning[0] = spinning
+
+
 @contextmanager
 def one_thread_if_oversubscribed() -> Iterator[None]:
     """Run the block on one torch thread when torch's threads spin (loaded before the package, no wait policy
     chosen) and the machine is oversubscribed (1-minute load average above the CPU budget); else leave it alone.
 
     Spinning threads wait on threads that are not scheduled, so under load one thread encodes faster than two
-    spinning ones (`benchmarks.contention`). fp32 encodings came out bitwise identical on one and two threads
+    spinning ones (docs/benchmarks.md). fp32 encodings came out bitwise identical on one and two threads
     there, so the answer does not depend on the load.
     """
     torch = sys.modules.get("torch")
@@ -94,7 +101,7 @@ def training_threads(chosen: int = 0) -> Iterator[int]:
 
     Decided once per run, not per step: gradients differ in their last bits between one and two threads, so a run
     keeps one count throughout, and a resumed run passes its first count as
-    `chosen`. `python -m benchmarks.contention --task train` measures it.
+    `chosen`. docs/benchmarks.md has the measurements.
     """
     import torch
 

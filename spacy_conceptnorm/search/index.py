@@ -41,8 +41,8 @@ SMALL_BATCH = 32  # fewer queries than this multiply float16 rows as they are: c
 ADD_CHUNK = 1 << 16  # vectors handed to FAISS at a time
 IVF_MAX_LISTS = 4096  # lists chosen for IVF indexes (`ivf_nlist = 0`) at most
 TRAIN_MIN = 65536  # vectors (at least) an approximate index is trained on, drawn at random from the first added
-# `auto`: exact search up to EXACT_MAX_ROWS vectors, HNSW up to HNSW_MAX_ROWS, IVF-PQ beyond (measured by
-# `python -m benchmarks.scale`, see docs/scale.md)
+# `auto`: exact search up to EXACT_MAX_ROWS vectors, HNSW up to HNSW_MAX_ROWS, IVF-PQ beyond (measured: see
+# docs/scale.md and docs/benchmarks.md)
 EXACT_MAX_ROWS = 250_000
 HNSW_MAX_ROWS = 1_000_000
 # rows an approximate index rescores at a time: a float32 copy of a whole batch's candidates would take fresh memory
@@ -291,6 +291,19 @@ class VectorIndex:
             raise ConceptNormError(Errors.E004.format(path=path, detail=str(e).strip().splitlines()[-1])) from None
         self._removed = set(removed)
         self._gpu_index = None
+
+    def set_search_breadth(self, ivf_nprobe: int | None = None, hnsw_ef_search: int | None = None) -> None:
+        """Search a built index wider or narrower, without rebuilding it: recall for speed.
+
+        ivf_nprobe (Optional[int]): IVF lists visited per query (ivf, ivfpq); None leaves it.
+        hnsw_ef_search (Optional[int]): HNSW search breadth (hnsw); None leaves it.
+        """
+        if ivf_nprobe is not None:
+            self.ivf_nprobe = ivf_nprobe
+        if hnsw_ef_search is not None:
+            self.hnsw_ef_search = hnsw_ef_search
+        if self._index is not None and not isinstance(self._index, (_StoreIndex, _ExactIndex)):
+            self._set(self._index)  # FAISS's own settings
 
     def _set(self, index) -> None:
         """Take a deserialized FAISS index, with this index's search settings."""

@@ -1,22 +1,28 @@
-"""The weight of a saved pipeline: what each component adds to `spacy.load`, its bytes on disk, and the whole
-above the floor that is not ours.
+"""`benchmark weight`: the weight of a saved pipeline: what each component adds to `spacy.load`, its bytes on disk,
+and the whole above the floor that is not ours.
 
-    python -m benchmarks.weight PIPELINE [--runs 3] [--output figures.json]
+    python -m spacy_conceptnorm benchmark weight PIPELINE [--runs 3] [--output figures.json]
 
 Every figure comes from a fresh Python process, `--runs` times (the table gives medians). Each process times
-from `import spacy` to the end of one short document, and reads its peak resident memory (`getrusage`):
+from `import spacy` to the end of one short document (`--text`), and reads its peak resident memory (`getrusage`):
 
 - `spacy.blank("en")`: the floor. spaCy imports every installed package's spaCy entry points whichever components
   a pipeline has (spacy-transformers' import alone takes seconds), so the floor is measured with them;
 - the recognizer alone: the pipeline loaded with only spaCy's own components (`ner`, and the `transformer` or
   `tok2vec` it reads), the floor of a pipeline that recognizes;
-- the linker alone: every other component but the `dictionary_matcher`, the document's mentions marked;
+- the linker alone: every other component but the `dictionary_matcher`, the document's mentions (`--mention`)
+  marked;
 - the whole pipeline. In its process each component's build (its factory) and load (`from_disk`) are timed and
-  the resident memory (VmRSS) they add is read, and after the document a second one with a mention that is no
-  name of the knowledge base: what opening the linker's encoder on first use costs.
+  the resident memory (VmRSS) they add is read, and after the document a second one (`--unseen-text`) with a
+  mention that is no name of the knowledge base: what opening the linker's encoder on first use costs.
+
+The default documents are about diseases, their mentions MEDIC names (linked with no encoder); give a pipeline on
+another knowledge base documents whose mentions are its names, or the first document opens the encoder too (its
+links are printed).
 
 The last line is `above floor: +X s, +Y MB`, the whole pipeline's time and peak memory over `spacy.blank("en")`'s
 (the median over the rounds of each round's difference: the setups take turns, one fresh process each a round).
+docs/benchmarks.md has the figures of the shipped pipeline.
 """
 
 from __future__ import annotations
@@ -30,11 +36,8 @@ import sys
 from pathlib import Path
 
 import typer
-from spacy.util import load_config
 
-from spacy_conceptnorm.io.files import write_json
-
-app = typer.Typer(add_completion=False)
+from ._util import benchmark_cli
 
 SPACY_RECOGNIZERS = ("ner", "transformer", "tok2vec", "entity_ruler", "span_ruler", "spancat")  # factories
 NOT_LINKER = ("dictionary_matcher",)  # ours, but a recognizer's helper
@@ -121,7 +124,8 @@ print(json.dumps(figures))
 
 
 def machine() -> str:
-    """The CPU's model name, cores and whether it has native bf16 (from /proc/cpuinfo where there is one)."""
+    """The CPU's model name, cores and whether it has native bf16 (from /proc/cpuinfo where there is one): the
+    first words of a benchmark's report, since its figures hold for that machine only."""
     name, flags = platform.processor() or platform.machine(), set()
     if Path("/proc/cpuinfo").exists():
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -135,13 +139,15 @@ def machine() -> str:
 
 
 def fresh_process(code: str, args: dict) -> dict:
-    """The JSON that `code` prints last, run in a fresh Python process with `args` (JSON) as its argument."""
+    """The JSON that `code` prints last, run in a fresh Python process with `args` (JSON) as its argument: a
+    process's first load is what a user waits for, and the peak memory of one process is its own."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     run = subprocess.run(
         [sys.executable, "-c", code, json.dumps(args)], env=env, capture_output=True, text=True, timeout=900
     )
     if run.returncode != 0:
-        sys.exit(f"the measuring process failed ({run.returncode}):\n{run.stderr[-3000:]}")
+        typer.echo(f"Error: the measuring process failed ({run.returncode}):\n{run.stderr[-3000:]}", err=True)
+        raise typer.Exit(1)
     return json.loads(run.stdout.strip().splitlines()[-1])
 
 
@@ -151,16 +157,45 @@ def disk_mb(path: Path) -> float:
     return sum(f.stat().st_size for f in files if f.is_file()) / 2**20
 
 
-@app.command()
-def main(
+def components(pipeline: Path) -> tuple[list[str], dict[str, str]]:
+    """The pipeline's component names, in order, and each one's factory (from its config.cfg, without loading it)."""
+    from spacy.util import load_config
+
+    config = load_config(pipeline / "config.cfg", interpolate=False)
+    return list(config["nlp"]["pipeline"]), {name: c.get("factory", name) for name, c in config["components"].items()}
+
+
+def check_mentions(text: str, mentions: list[str], option: str) -> None:
+    """Every mention must be found in its text, where the measuring process marks it."""
+    for mention in mentions:
+        if mention not in text:
+            raise typer.BadParameter(f"{mention!r} is not in the text {text!r}", param_hint=option)
+
+
+@benchmark_cli.command("weight")
+def benchmark_weight(
     pipeline: Path = typer.Argument(..., help="Saved pipeline directory", exists=True, file_okay=False),
     runs: int = typer.Option(3, min=1, help="Fresh processes per measurement"),
     output: Path = typer.Option(None, help="Write every run's figures and the medians as JSON here"),
+    text: str = typer.Option(TEXT, help="The short document each process ends with"),
+    mention: list[str] = typer.Option(
+        list(MENTIONS),
+        help="A mention in --text, marked where no recognizer runs (the linker alone): a KB name; repeatable",
+    ),
+    unseen_text: str = typer.Option(UNSEEN, help="The document after it, whose mention is no KB name"),
+    unseen_mention: list[str] = typer.Option(list(UNSEEN_MENTIONS), help="Its mention (repeatable)"),
 ) -> None:
+    """Load time and memory of a saved pipeline, per component, above a blank spaCy.
+
+    Fresh processes time `import spacy` to the end of one short document and read their peak memory. The last line
+    is `above floor: +X s, +Y MB` (docs/benchmarks.md).
+    """
+    check_mentions(text, mention, "--mention")
+    check_mentions(unseen_text, unseen_mention, "--unseen-mention")
     names, factories = components(pipeline)
     recognizer = [name for name in names if factories.get(name) in SPACY_RECOGNIZERS]
     linker = [name for name in names if name not in recognizer and factories.get(name) not in NOT_LINKER]
-    base = {"pipeline": str(pipeline), "text": TEXT, "mentions": None, "unseen": None, "unseen_mentions": None}
+    base = {"pipeline": str(pipeline), "text": text, "mentions": None, "unseen": None, "unseen_mentions": None}
     setups = {
         'spacy.blank("en")': {**base, "mode": "blank"},
         "recognizer alone": {**base, "mode": "load", "exclude": [n for n in names if n not in recognizer]},
@@ -168,17 +203,17 @@ def main(
             **base,
             "mode": "load",
             "exclude": [n for n in names if n not in linker],
-            "mentions": list(MENTIONS),
-            "unseen": UNSEEN,
-            "unseen_mentions": list(UNSEEN_MENTIONS),
+            "mentions": list(mention),
+            "unseen": unseen_text,
+            "unseen_mentions": list(unseen_mention),
         },
         "whole pipeline": {
             **base,
             "mode": "load",
             "exclude": [],
-            "unseen": UNSEEN,
-            "unseen_mentions": None if recognizer else list(UNSEEN_MENTIONS),
-            "mentions": None if recognizer else list(MENTIONS),
+            "unseen": unseen_text,
+            "unseen_mentions": None if recognizer else list(unseen_mention),
+            "mentions": None if recognizer else list(mention),
         },
     }
     if not recognizer:
@@ -236,18 +271,10 @@ def main(
             f"{above_floor('linker alone', 'peak'):+.0f} MB"
         )
     if output:
+        from ..io.files import write_json
+
         write_json(output, {"machine": machine(), "setups": setups, "runs": results})
     typer.echo(
         f"above floor: {above_floor('whole pipeline', 'seconds'):+.2f} s, "
         f"{above_floor('whole pipeline', 'peak'):+.0f} MB"
     )
-
-
-def components(pipeline: Path) -> tuple[list[str], dict[str, str]]:
-    """The pipeline's component names, in order, and each one's factory (from its config.cfg)."""
-    config = load_config(pipeline / "config.cfg", interpolate=False)
-    return list(config["nlp"]["pipeline"]), {name: c.get("factory", name) for name, c in config["components"].items()}
-
-
-if __name__ == "__main__":
-    app()
