@@ -197,7 +197,8 @@ def test_config_functions_have_entry_points():
         for cfg in ("ner_fast.cfg", "ner_trf.cfg", "pipeline.cfg", "linker.cfg"):
             config = load_config(CONFIGS / cfg, interpolate=False)
             used |= {v for path, v in _walk(config) if path.endswith(f"@{kind}") and v.startswith("spacy_conceptnorm.")}
-        assert used and used <= set(entries)
+        assert used <= set(entries)
+        assert used or kind == "schedules"  # the shipped configs use thinc's own schedules
 
 
 def _walk(node, prefix=""):

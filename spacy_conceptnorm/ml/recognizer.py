@@ -123,8 +123,8 @@ def parser_with_affixes(
     The wordpieces of a general-English transformer split disease words at arbitrary places; the word's suffix
     ("-emia", "-oma") and shape reach the recognizer whole through `affixes`. The listener stays at
     `model.tok2vec`, where `replace_listeners = ["model.tok2vec"]` finds it. The other arguments are
-    TransitionBasedParser.v2's. An option, not in configs/ner_trf.cfg: it helps at equal steps, but each CPU step
-    costs more, and within the recognizer's time budget it lost (docs/recognition.md).
+    TransitionBasedParser.v2's. An option, not in configs/ner_trf.cfg: it helps at equal steps, and each CPU step
+    costs more (docs/recognition.md).
 
     tok2vec (Model[List[Doc], List[Floats2d]]): The transformer's token vectors (a listener).
     affixes (Model[List[Doc], List[Floats2d]]): The per-word features, e.g. spacy.Tok2Vec.v2 on
@@ -139,13 +139,19 @@ def parser_with_affixes(
 
 @registry.misc("spacy_conceptnorm.ner_steps.v1")
 def ner_steps(fp32: int, bf16: int, cpu_precision: str = "auto") -> int:
-    """The recognizer's training steps for its time budget: `bf16` where the transformer runs in bf16 on this CPU
-    (`cpu_precision`, as `transformer_model` reads it), else `fp32`. On a GPU, give `--training.max_steps`.
+    """The recognizer's training steps, `bf16`, on every CPU: kept for the configs that name it as
+    `[training.max_steps]` (configs/ner_trf.cfg now gives a number).
 
-    fp32 (int): Steps when the transformer computes in fp32. bf16 (int): Steps when it computes in bf16.
-    cpu_precision (str): The transformer's `cpu_precision`.
+    It gave `fp32` where the transformer computes in fp32, so the steps, and the model, followed the CPU. A config
+    that names it now trains the steps of the CPU its budget was measured on (one with native bf16) wherever it
+    runs; a CPU that computes in fp32 takes longer for them.
+
+    fp32 (int): Accepted and unused (the steps an fp32 CPU used to get).
+    bf16 (int): The steps.
+    cpu_precision (str): The transformer's `cpu_precision`, checked as `transformer_model` checks it.
     """
-    return bf16 if _runs_in_bf16(cpu_precision) else fp32
+    _runs_in_bf16(cpu_precision)  # an unknown precision is still refused (E317)
+    return bf16
 
 
 def _runs_in_bf16(cpu_precision: str) -> bool:

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from ..errors import ConceptNormError, Errors
-from ..evaluation.bne import gold_mentions, nearest_name_accuracy
+from ..evaluation.bne_metrics import gold_mentions, nearest_name_accuracy
 from ..kb.knowledge_base import KnowledgeBase, load_kb
 from ..kb.synonyms import held_out_concepts, synonym_sets
 from ..ml.bne.encoder import BNEEncoder
