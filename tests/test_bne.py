@@ -14,16 +14,20 @@ from typer.testing import CliRunner
 
 from spacy_conceptnorm.cli import app
 from spacy_conceptnorm.errors import ConceptNormError
-from spacy_conceptnorm.evaluation.bne import BM25, nearest_name_accuracy, synonym_closeness, synonym_retrieval_map
+from spacy_conceptnorm.evaluation.bne_metrics import (
+    BM25,
+    nearest_name_accuracy,
+    synonym_closeness,
+    synonym_retrieval_map,
+)
 from spacy_conceptnorm.kb.knowledge_base import Concept, KnowledgeBase
 from spacy_conceptnorm.kb.synonyms import held_out_concepts, synonym_sets
 from spacy_conceptnorm.ml.bne import BNEEncoder
-from spacy_conceptnorm.training.bne import TrainConfig, train_bne
-from spacy_conceptnorm.training.word_vectors import WordVectors
 from spacy_conceptnorm.ml.bne.vocab import Vocab
-from spacy_conceptnorm.training.bne import build_encoder, concept_vectors, contextual_vectors
+from spacy_conceptnorm.training.bne import TrainConfig, build_encoder, concept_vectors, contextual_vectors, train_bne
 from spacy_conceptnorm.training.bne_data import SynonymData
 from spacy_conceptnorm.training.bne_objectives import bne_losses, draw_negatives, logistic
+from spacy_conceptnorm.training.word_vectors import WordVectors
 
 TINY = {"char_dim": 8, "char_hidden": 8, "word_hidden": 12, "out_dim": 16, "dropout": 0.0}
 
@@ -244,7 +248,7 @@ def test_corrupt_or_missing_files_raise_naming_the_file(trained, tmp_path):
     with pytest.raises(ConceptNormError, match="model.safetensors"):
         BNEEncoder.load(tmp_path / "bne")
     encoder.save(tmp_path / "bne")
-    (tmp_path / "bne" / "config.json").write_text('{"format": "spacy_conceptnorm.ml.bne", "version": 1, "netw')
+    (tmp_path / "bne" / "config.json").write_text('{"format": "spacy_conceptnorm.bne", "version": 1, "netw')
     with pytest.raises(ConceptNormError, match="config.json"):
         BNEEncoder.load(tmp_path / "bne")
     encoder.save(tmp_path / "bne")

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from spacy_conceptnorm.cli import app
 from spacy_conceptnorm.errors import ConceptNormError
 from spacy_conceptnorm.evaluation.assertion import evaluate_assertions, read_annotated_spans
-from spacy_conceptnorm.pipeline.abbreviation_resolver import CLINICAL_ABBREVIATIONS
+from spacy_conceptnorm.pipeline.clinical_abbreviations import CLINICAL_ABBREVIATIONS
 from spacy_conceptnorm.pipeline.clinical_context import medspacy_available
 from spacy_conceptnorm.pipeline.clinical_settings import CLINICAL_SETTINGS, clinical_overrides, use_clinical_settings
 from spacy_conceptnorm.pipeline.dictionary_matcher import DictionaryMatcher

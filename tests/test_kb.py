@@ -176,7 +176,7 @@ def test_round_trip_and_corrupt_files(kb, tmp_path):
 
 def test_a_saved_kb_of_another_format_version_is_refused(tmp_path):
     """Only the current saved format is read; any other version tag gets E003 naming the file."""
-    old = {"format": "spacy_conceptnorm.kb.knowledge_base", "version": 1, "normalizer": {}, "concepts": [], "names": []}
+    old = {"format": "spacy_conceptnorm.kb", "version": 1, "normalizer": {}, "concepts": [], "names": []}
     (tmp_path / "old.kb").write_bytes(srsly.msgpack_dumps(old))
     with pytest.raises(
         ConceptNormError, match=r"\[E003\].*old\.kb.*'spacy_conceptnorm\.kb/1'.*'spacy_conceptnorm\.kb/2'"

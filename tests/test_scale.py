@@ -13,13 +13,13 @@ import pytest
 import srsly
 
 from benchmarks.scale import make_queries, write_mrconso
-from spacy_conceptnorm.search import index as index_module
-from spacy_conceptnorm.search import vector_store as vector_store_module
 from spacy_conceptnorm.errors import ConceptNormError
 from spacy_conceptnorm.kb.compact import LinkLists, StringTable
 from spacy_conceptnorm.kb.formats import read_mrconso
 from spacy_conceptnorm.kb.knowledge_base import DOMAIN, ONTOLOGY, SOURCE_BITS, Concept, KnowledgeBase, load_kb
 from spacy_conceptnorm.linking.lexical import LexicalIndex
+from spacy_conceptnorm.search import index as index_module
+from spacy_conceptnorm.search import vector_store as vector_store_module
 from spacy_conceptnorm.search.index import VectorIndex, choose_index_type
 from spacy_conceptnorm.search.sieve import SieveSearcher
 from spacy_conceptnorm.search.vector_store import VectorStore

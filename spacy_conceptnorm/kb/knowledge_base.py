@@ -31,7 +31,7 @@ from .formats import READERS, guess_format, read_records
 ONTOLOGY = "ontology"
 DOMAIN = "domain"
 SOURCE_BITS = {ONTOLOGY: 1, DOMAIN: 2}
-FORMAT_TAG, FORMAT_VERSION = "spacy_conceptnorm.kb.knowledge_base", 2
+FORMAT_TAG, FORMAT_VERSION = "spacy_conceptnorm.kb", 2  # the saved format's name, not a module path
 
 _PREFIX = re.compile(r"^[A-Za-z][\w.-]*:")
 

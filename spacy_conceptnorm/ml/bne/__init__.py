@@ -7,7 +7,7 @@ dictionary's synonym sets with synonym, concept and context objectives, over fro
 
 Modules: `vocab` (names to inputs), `model` (the network), `encoder` (save/load, the registered encoder) and
 `inference` (the fast encoding pass). Its training lives in `training.bne` (with `bne_objectives`, `bne_data`,
-`word_vectors` and the `train-bne` recipe in `bne_settings`), its evaluation in `evaluation.bne` (the paper's
+`word_vectors` and the `train-bne` recipe in `bne_settings`), its evaluation in `evaluation.bne_metrics` (the paper's
 coverage@k, MAP and nearest-name accuracy) and `evaluation.similarity` (Spearman's rho against human similarity
 scores, section 4.4).
 """

@@ -26,7 +26,7 @@ from . import inference
 from .model import BNE, BNEConfig
 from .vocab import Vocab
 
-FORMAT_TAG, FORMAT_VERSION = "spacy_conceptnorm.ml.bne", 1
+FORMAT_TAG, FORMAT_VERSION = "spacy_conceptnorm.bne", 1  # the saved format's name, not a module path
 CONFIG_FILE, WEIGHTS_FILE, REPORT_FILE = "config.json", "model.safetensors", "training.json"
 WORDS_PER_CHUNK = 8192  # distinct words per character-BiLSTM call while encoding
 NAMES_PER_CHUNK = 65536  # names tokenized at once while encoding (bounds memory on large term lists)
