@@ -25,8 +25,8 @@ import uvicorn
 from playwright.sync_api import sync_playwright
 
 from spacy_conceptnorm.annotate import annotate, read_pubtator
-from spacy_conceptnorm.corpus import read_pubtator as read_gold
-from spacy_conceptnorm.kb import load_kb
+from spacy_conceptnorm.io.corpus import read_pubtator as read_gold
+from spacy_conceptnorm.kb.knowledge_base import load_kb
 from spacy_conceptnorm.serve import Filters, load_curation
 from spacy_conceptnorm.serve.app import create_app
 

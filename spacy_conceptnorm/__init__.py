@@ -7,27 +7,27 @@ the package's entry points (setup.cfg), which import the modules that register t
 
 from importlib import import_module
 
-from .threads import passive_openmp_by_default
+from .ml.threads import passive_openmp_by_default
 
-passive_openmp_by_default()  # before anything loads torch: see spacy_conceptnorm.threads
+passive_openmp_by_default()  # before anything loads torch: see spacy_conceptnorm.ml.threads
 
 from .about import __version__ as __version__  # noqa: E402
 
 _MODULES = {
-    "ALL_STRATEGIES": "search",
-    "Concept": "kb",
-    "ConceptNormalizer": "component",
-    "KnowledgeBase": "kb",
-    "Match": "search",
-    "NameEncoder": "encoder",
-    "SieveSearcher": "search",
+    "ALL_STRATEGIES": "search.sieve",
+    "Concept": "kb.concept",
+    "ConceptNormalizer": "pipeline.concept_normalizer",
+    "KnowledgeBase": "kb.knowledge_base",
+    "Match": "search.sieve",
+    "NameEncoder": "ml.name_encoder",
+    "SieveSearcher": "search.sieve",
     "TextNormalizer": "text.normalize",
-    "VectorIndex": "index",
-    "load": "pipeline_io",
-    "load_kb": "kb",
-    "make_concept_normalizer": "component",
-    "parse_strategy": "search",
-    "save": "pipeline_io",
+    "VectorIndex": "search.index",
+    "load": "io.pipelines",
+    "load_kb": "kb.knowledge_base",
+    "make_concept_normalizer": "pipeline.concept_normalizer",
+    "parse_strategy": "search.sieve",
+    "save": "io.pipelines",
 }
 
 __all__ = [*_MODULES, "__version__"]

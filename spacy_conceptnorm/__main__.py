@@ -1,3 +1,6 @@
-from .cli import main
+"""`python -m spacy_conceptnorm <command>`: the command line (spacy_conceptnorm.cli)."""
 
-main()
+if __name__ == "__main__":
+    from .cli import main
+
+    main()

@@ -95,7 +95,7 @@ class Errors(metaclass=ErrorsWithCodes):
     E709 = "batch_size {batch_size} is too small for the {strategy!r} sampler: one anchor's group needs {needed} names."
     E710 = "The checkpoint in {path} is unreadable or does not match this config ({detail})."
     E711 = "{what} must give {expected}, got {found}: register the function with @spacy.registry.misc."
-    # second-stage pair scorers: the CNN ranker (ranking/cnn.py) and the cross-encoder (ranking/cross_encoder.py)
+    # second-stage pair scorers: the CNN ranker (linking/cnn_ranker.py) and the cross-encoder (linking/cross_encoder.py)
     E720 = "Cannot load the embedding model {model!r} of the CNN ranker: {detail}"
     E721 = "The CNN ranker's {key} must be {expected}, got {value!r}."
     E722 = "{path} does not match the CNN ranker's config in {config}: {detail}."
@@ -150,7 +150,7 @@ class Errors(metaclass=ErrorsWithCodes):
     E955 = "Unknown policy for names of several concepts {value!r}; choose one of {choices}."
     E956 = "Gold labels and terms differ in number: {gold} labels for {n} terms."
     E957 = "Terms file not found: {path}"
-    # BNE name encoder (spacy_conceptnorm.bne)
+    # BNE name encoder (spacy_conceptnorm.ml.bne)
     E960 = "Cannot load the BNE encoder: {path} {detail}."
     E961 = "{path}: not a word2vec text file of word vectors ({detail})."
     E962 = "BNE training needs concepts with two or more names; {what} has none (after the held-out concepts)."
@@ -221,6 +221,11 @@ class Errors(metaclass=ErrorsWithCodes):
 class Warnings(metaclass=ErrorsWithCodes):
     W001 = "{count} gold concept ids were not found in the knowledge base and were skipped (e.g. {examples})."
     W002 = "{count} entities longer than {max_chars} characters were truncated before encoding."
+    W003 = (
+        "{what} stopped by its wall-clock safety stop ({setting} = {minutes:g}) after {steps}{planned}: this model "
+        "is not the one its budget of steps trains, and it depends on this machine's speed. Give {setting} a larger "
+        "value (0: no safety stop) to train every step."
+    )
     # knowledge bases of millions of names
     W106 = (
         "The lexical index is off for {names:,} names (more than {limit:,}): its TF-IDF matrices would take "

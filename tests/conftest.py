@@ -1,4 +1,4 @@
-# The package first, before spaCy loads torch: its OpenMP threads then wait passively (spacy_conceptnorm.threads).
+# The package first, before spaCy loads torch: its OpenMP threads then wait passively (spacy_conceptnorm.ml.threads).
 # With spinning threads, the in-process training test took 277 s instead of 28 on a loaded 2-core machine.
 import spacy_conceptnorm  # noqa: F401, I001
 
@@ -8,8 +8,8 @@ import pytest
 import spacy
 from spacy.training import Example
 
-from spacy_conceptnorm.corpus import pubtator_to_docs
-from spacy_conceptnorm.kb import load_kb
+from spacy_conceptnorm.io.corpus import pubtator_to_docs
+from spacy_conceptnorm.kb.knowledge_base import load_kb
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -20,7 +20,7 @@ def save_tiny_bert(path: Path, layers: int = 1) -> Path:
     import torch
     from transformers import AutoTokenizer, BertConfig, BertModel
 
-    from spacy_conceptnorm.encoder import packaged_model_path
+    from spacy_conceptnorm.ml.name_encoder import packaged_model_path
 
     tokenizer = AutoTokenizer.from_pretrained(packaged_model_path())
     config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=layers,

@@ -3,7 +3,7 @@
 import random
 from pathlib import Path
 
-from spacy_conceptnorm.ranking.pair_scorer import RankingGroup
+from spacy_conceptnorm.linking.pair_scorer import RankingGroup
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -11,7 +11,7 @@ import spacy
 from spacy.util import registry
 
 from spacy_conceptnorm.annotate import annotate
-from spacy_conceptnorm.kb import load_kb
+from spacy_conceptnorm.kb.knowledge_base import load_kb
 
 from .conftest import FIXTURES
 from .fake_encoder import TrigramEncoder

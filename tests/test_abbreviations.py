@@ -263,13 +263,13 @@ def test_ab3p_detector():
 
 
 def test_ab3p_missing_raises_import_error(monkeypatch):
-    abbreviations._ab3p.cache_clear()
+    abbreviations.load_ab3p.cache_clear()
     monkeypatch.setitem(sys.modules, "pyab3p", None)  # makes `import pyab3p` fail
     try:
         with pytest.raises(ImportError, match="pip install pyab3p"):
             spacy.blank("en").add_pipe("abbreviation_resolver", config={"detector": "ab3p"})
     finally:
-        abbreviations._ab3p.cache_clear()
+        abbreviations.load_ab3p.cache_clear()
 
 
 def test_docbin_round_trip(nlp):

@@ -16,9 +16,9 @@ from typer.testing import CliRunner
 from spacy_conceptnorm.annotate import annotate, pubtator_record, read_done_ids, split_text
 from spacy_conceptnorm.annotate import read_pubtator as read_pubtator_input
 from spacy_conceptnorm.cli import app
-from spacy_conceptnorm.corpus import read_pubtator
 from spacy_conceptnorm.errors import ConceptNormError
-from spacy_conceptnorm.kb import load_kb
+from spacy_conceptnorm.io.corpus import read_pubtator
+from spacy_conceptnorm.kb.knowledge_base import load_kb
 
 from .conftest import FIXTURES
 from .fake_encoder import TrigramEncoder

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from spacy_conceptnorm.annotate import annotate, annotate_ray, parts_dir, ray_engine
 from spacy_conceptnorm.cli import app
 from spacy_conceptnorm.errors import ConceptNormError
-from spacy_conceptnorm.kb import load_kb
+from spacy_conceptnorm.kb.knowledge_base import load_kb
 
 from . import ray_encoder
 from .conftest import FIXTURES

@@ -1,17 +1,21 @@
-"""The speed and weight benchmarks run on a small saved pipeline and print the lines they promise (no timings are
-asserted: speed is measured by the commands, not by tests)."""
+"""The `benchmark speed` and `benchmark weight` commands run on a small saved pipeline and print the lines they
+promise (no timings are asserted: speed is measured by the commands, not by tests), and the public hooks the
+repo-root benchmarks use."""
 
 import re
 
+import numpy as np
 import pytest
 import spacy
+import srsly
 from spacy.tokens import DocBin
 from spacy.training import Example
 from typer.testing import CliRunner
 
-from spacy_conceptnorm.benchmarks import speed, weight
-from spacy_conceptnorm.corpus import pubtator_to_docs
-from spacy_conceptnorm.kb import load_kb
+from spacy_conceptnorm.cli import app
+from spacy_conceptnorm.cli.benchmark_speed import TfidfLinker
+from spacy_conceptnorm.io.corpus import pubtator_to_docs, read_pubtator
+from spacy_conceptnorm.kb.knowledge_base import load_kb
 
 PIPES = ["ner", "dictionary_matcher", "abbreviation_resolver", "composite_splitter", "concept_normalizer",
          "link_filter"]  # fmt: skip
@@ -41,20 +45,25 @@ def saved(tiny_bert, fixtures, tmp_path_factory):
     return root / "training" / "pipeline"
 
 
+def speed(*args: str) -> list[str]:
+    result = CliRunner().invoke(app, ["benchmark", "speed", *map(str, args)])
+    assert result.exit_code == 0, result.output
+    return result.output.strip().splitlines()
+
+
 @pytest.mark.parametrize("dense", [True, False])
 def test_tfidf_links_each_text_to_its_nearest_name(dense):
     names = ["liver disease", "anemia", "breast cancer", "cystic fibrosis"]
-    linker = speed.TfidfLinker(names, batch=2)
+    linker = TfidfLinker(names, batch=2)
     found = linker.link(["liver diseases", "anaemia", "cancer of the breast", "fibrosis, cystic", "Anemia"], dense)
     assert found == ["liver disease", "anemia", "breast cancer", "cystic fibrosis", "anemia"]
 
 
 def test_speed_prints_the_split_end_to_end_and_the_ratio_last(saved):
-    result = CliRunner().invoke(speed.app, [str(saved), "--passes", "1", "--end-to-end-passes", "1"])
-    assert result.exit_code == 0, result.output
-    lines = result.output.strip().splitlines()
+    test = saved.parent.parent / "corpus" / "test.spacy"
+    lines = speed(saved, test, "--passes", "1", "--end-to-end-passes", "1")
     assert re.fullmatch(r"ratio \d+\.\d\d", lines[-1])
-    assert re.search(r"4 test docs, \d+ gold mentions", lines[0])  # the 4 abstracts of corpus/test.spacy
+    assert re.search(r"4 docs, \d+ gold mentions", lines[0])  # the 4 abstracts of corpus/test.spacy
     for part in ("encoding", "index search", "abbreviation_resolver", "composite_splitter", "concept_normalizer"):
         assert any(line.startswith(f"| {part}") for line in lines), part
     assert any(re.fullmatch(r"end to end \(ner -> .* -> link_filter, cache off\): \d+\.\d docs/s", x) for x in lines)
@@ -62,17 +71,44 @@ def test_speed_prints_the_split_end_to_end_and_the_ratio_last(saved):
     assert re.fullmatch(rf"pipeline: [\d,]+ mentions/s; TF-IDF .*: [\d,]+ mentions/s {sparse}", lines[-2])
 
 
-def test_speed_gives_the_cost_of_the_components_left_out(saved):
-    args = [str(saved), "--passes", "1", "--end-to-end-passes", "1", "--without", "composite_splitter"]
-    result = CliRunner().invoke(speed.app, args)
-    assert result.exit_code == 0, result.output
-    lines = result.output.strip().splitlines()
+def test_speed_gives_the_cost_of_the_components_left_out(saved, fixtures):
+    args = ["--passes", "1", "--end-to-end-passes", "1", "--without", "composite_splitter"]
+    lines = speed(saved, fixtures / "ncbi_test_sample.txt", *args)  # PubTator: its annotations are the mentions
+    assert re.search(r"4 docs, \d+ gold mentions", lines[0])
     assert any(re.fullmatch(r"without composite_splitter: \d+\.\d docs/s \(their cost: -?\d+%\)", x) for x in lines)
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".txt"])
+def test_speed_over_documents_without_entities_times_what_the_recognizers_find(saved, fixtures, tmp_path, suffix):
+    texts = [doc.text.replace("\n", " ") for doc in read_pubtator(fixtures / "ncbi_test_sample.txt")]
+    data = tmp_path / f"docs{suffix}"
+    if suffix == ".jsonl":
+        srsly.write_jsonl(data, [{"id": i, "text": text} for i, text in enumerate(texts)])
+    else:
+        data.write_text("\n".join(texts) + "\n", encoding="utf-8")
+    lines = speed(saved, data, "--passes", "1", "--end-to-end-passes", "0")
+    assert re.search(r"4 docs, [1-9]\d* recognized mentions", lines[0])  # the dictionary matcher finds MEDIC names
+    assert re.fullmatch(r"ratio \d+\.\d\d", lines[-1])
+
+
+def test_speed_refuses_a_pipeline_without_a_concept_normalizer(tmp_path, fixtures):
+    spacy.blank("en").to_disk(tmp_path / "blank")
+    args = ["benchmark", "speed", str(tmp_path / "blank"), str(fixtures / "ncbi_test_sample.txt")]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 1
+    assert "no concept_normalizer" in result.output
+
+
+def test_weight_refuses_a_mention_missing_from_its_text(saved):
+    result = CliRunner().invoke(app, ["benchmark", "weight", str(saved), "--text", "No disease here.",
+                                      "--mention", "breast cancer"])  # fmt: skip
+    assert result.exit_code == 2
+    assert "--mention" in result.output
 
 
 @pytest.mark.slow  # 4 fresh processes, each importing every installed spaCy entry point (spacy-transformers: seconds)
 def test_weight_prints_the_floor_each_component_and_above_floor_last(saved):
-    result = CliRunner().invoke(weight.app, [str(saved), "--runs", "1"])
+    result = CliRunner().invoke(app, ["benchmark", "weight", str(saved), "--runs", "1"])
     assert result.exit_code == 0, result.output
     lines = result.output.strip().splitlines()
     assert re.fullmatch(r"above floor: [+-]\d+\.\d\d s, [+-]\d+ MB", lines[-1])
@@ -82,3 +118,80 @@ def test_weight_prints_the_floor_each_component_and_above_floor_last(saved):
     # the linker alone links the marked mentions, known names without the encoder, then opens it
     assert any(line.startswith("linker alone, first unseen mention (the encoder opens): +") for line in lines)
     assert re.search(r"saved pipeline on disk: \d+\.\d MB", result.output)
+
+
+def test_the_benchmark_group_lists_speed_and_weight():
+    result = CliRunner().invoke(app, ["benchmark", "--help"])
+    assert result.exit_code == 0, result.output
+    assert "speed" in result.output and "weight" in result.output
+
+
+# --- the public hooks of the repo-root benchmarks -----------------------------------------------------------------
+
+
+def test_a_built_ivf_index_searches_wider_without_a_rebuild():
+    from spacy_conceptnorm.search.index import VectorIndex
+
+    rng = np.random.default_rng(0)
+    vectors = rng.standard_normal((400, 8)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    queries = vectors[:40] + 0.5 * rng.standard_normal((40, 8)).astype(np.float32)
+    queries /= np.linalg.norm(queries, axis=1, keepdims=True)
+    exact = np.argsort(-(queries @ vectors.T), axis=1, kind="stable")[:, :3]
+    index = VectorIndex(8, index_type="ivf", ivf_nlist=8, ivf_nprobe=1)
+    index.add(np.arange(400), vectors)
+    assert (index.search(queries, 3)[1] != exact).any()  # one list of eight: some neighbours missed
+    index.set_search_breadth(ivf_nprobe=8)
+    assert index.nprobe == 8 and index.config()["ivf_nprobe"] == 8
+    assert (index.search(queries, 3)[1] == exact).all()  # every list: exact
+
+
+def test_a_built_hnsw_index_takes_a_new_search_breadth():
+    import faiss
+
+    from spacy_conceptnorm.search.index import VectorIndex
+
+    vectors = np.eye(8, dtype=np.float32)
+    index = VectorIndex(8, index_type="hnsw")
+    index.add(np.arange(8), vectors)
+    index.set_search_breadth(hnsw_ef_search=256)
+    assert index.config()["hnsw_ef_search"] == 256
+    assert faiss.downcast_index(index._index.index).hnsw.efSearch == 256
+    assert index.search(vectors, 1)[1].ravel().tolist() == list(range(8))
+
+
+def test_an_encoder_encodes_with_the_model_it_is_given(tiny_bert):
+    import copy
+
+    from spacy_conceptnorm.ml.name_encoder import NameEncoder
+
+    encoder = NameEncoder(str(tiny_bert), precision="fp32")
+    reference = encoder.encode(["breast cancer", "anemia"])
+    other = copy.deepcopy(encoder.model)
+    encoder.model = other
+    assert encoder.model is other
+    assert np.allclose(encoder.encode(["breast cancer", "anemia"]), reference, atol=1e-6)
+    fresh = NameEncoder(str(tiny_bert), precision="fp32")
+    fresh.model = other  # before first use: the weights are not loaded over it
+    assert fresh.model is other
+    assert np.allclose(fresh.encode(["breast cancer", "anemia"]), reference, atol=1e-6)
+
+
+def test_set_spinning_turns_the_one_thread_fallback_off(monkeypatch):
+    import torch
+
+    from spacy_conceptnorm.ml import threads
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    monkeypatch.setattr(threads, "cpu_budget", lambda: 2)
+    monkeypatch.setattr(threads.os, "getloadavg", lambda: (9.0, 9.0, 9.0))
+    try:
+        for spinning, inside in ((True, 1), (False, 2)):
+            threads.set_spinning(spinning)
+            with threads.one_thread_if_oversubscribed():
+                assert torch.get_num_threads() == inside
+    finally:
+        monkeypatch.undo()
+        threads.passive_openmp_by_default()
+        torch.set_num_threads(before)

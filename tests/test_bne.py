@@ -12,15 +12,22 @@ import torch
 from spacy.tokens import Span
 from typer.testing import CliRunner
 
-from spacy_conceptnorm.bne import BNEEncoder, TrainConfig, WordVectors, train_bne
-from spacy_conceptnorm.bne.data import SynonymData, held_out_concepts, synonym_sets
-from spacy_conceptnorm.bne.evaluate import BM25, nearest_name_accuracy, synonym_closeness, synonym_retrieval_map
-from spacy_conceptnorm.bne.objectives import bne_losses, draw_negatives, logistic
-from spacy_conceptnorm.bne.train import build_encoder, concept_vectors, contextual_vectors
-from spacy_conceptnorm.bne.vocab import Vocab
 from spacy_conceptnorm.cli import app
 from spacy_conceptnorm.errors import ConceptNormError
-from spacy_conceptnorm.kb import Concept, KnowledgeBase
+from spacy_conceptnorm.evaluation.bne_metrics import (
+    BM25,
+    nearest_name_accuracy,
+    synonym_closeness,
+    synonym_retrieval_map,
+)
+from spacy_conceptnorm.kb.knowledge_base import Concept, KnowledgeBase
+from spacy_conceptnorm.kb.synonyms import held_out_concepts, synonym_sets
+from spacy_conceptnorm.ml.bne import BNEEncoder
+from spacy_conceptnorm.ml.bne.vocab import Vocab
+from spacy_conceptnorm.training.bne import TrainConfig, build_encoder, concept_vectors, contextual_vectors, train_bne
+from spacy_conceptnorm.training.bne_data import SynonymData
+from spacy_conceptnorm.training.bne_objectives import bne_losses, draw_negatives, logistic
+from spacy_conceptnorm.training.word_vectors import WordVectors
 
 TINY = {"char_dim": 8, "char_hidden": 8, "word_hidden": 12, "out_dim": 16, "dropout": 0.0}
 
@@ -41,7 +48,7 @@ def random_vectors(kb: KnowledgeBase, dim: int = 16, seed: int = 0) -> WordVecto
 
 @pytest.fixture(scope="module")
 def sample_kb(fixtures):
-    from spacy_conceptnorm.kb import load_kb
+    from spacy_conceptnorm.kb.knowledge_base import load_kb
 
     return load_kb(fixtures / "medic_sample.txt")
 
@@ -75,7 +82,7 @@ def test_word_vectors_round_trip_and_malformed_file(tmp_path):
 
 
 def test_word_vector_text_keeps_each_name_a_sentence_of_its_own(sample_kb, fixtures):
-    from spacy_conceptnorm.bne.vectors import text_sentences
+    from spacy_conceptnorm.training.word_vectors import text_sentences
 
     abstracts = list(text_sentences([fixtures / "ncbi_train_sample.txt"]))
     names = list(text_sentences(kb_path=fixtures / "medic_sample.txt"))
@@ -88,7 +95,7 @@ def test_word_vector_text_keeps_each_name_a_sentence_of_its_own(sample_kb, fixtu
 
 def test_train_word_vectors_with_gensim():
     pytest.importorskip("gensim")
-    from spacy_conceptnorm.bne.vectors import train_word_vectors
+    from spacy_conceptnorm.training.word_vectors import train_word_vectors
 
     sentences = [["breast", "cancer"], ["colon", "cancer"], ["breast", "tumor"]] * 5
     vectors = train_word_vectors(sentences, dim=8, epochs=2)
@@ -173,7 +180,7 @@ def test_training_steps_lower_the_loss(sample_kb):
 
 
 def test_report_and_dev_selection(sample_kb, monkeypatch):
-    import spacy_conceptnorm.bne.train as bne_train
+    import spacy_conceptnorm.training.bne as bne_train
 
     scores, seen = iter([0.4, 0.9, 0.6]), []  # dev accuracies given by hand: the second epoch is the best
 
@@ -378,7 +385,7 @@ def test_fused_recurrence_equals_torchs_lstm_for_both_poolings():
     packed sequences of random lengths: last states and max pooling."""
     from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-    from spacy_conceptnorm.bne import inference
+    from spacy_conceptnorm.ml.bne import inference
 
     torch.manual_seed(0)
     lstm = torch.nn.LSTM(6, 5, batch_first=True, bidirectional=True).eval()
@@ -444,7 +451,7 @@ n/a,asthma,angina,C0004096,C0002962
 
 
 def test_similarity_spearman_on_a_hand_written_pair_file(tmp_path):
-    from spacy_conceptnorm.bne.similarity import pair_cosines, read_term_pairs, similarity_correlation
+    from spacy_conceptnorm.evaluation.similarity import pair_cosines, read_term_pairs, similarity_correlation
 
     (tmp_path / "pairs.csv").write_text(PAIRS_CSV)
     pairs = read_term_pairs(tmp_path / "pairs.csv", term1="term1", term2="term2", score="Mean")  # case ignored
@@ -463,7 +470,7 @@ def test_similarity_spearman_on_a_hand_written_pair_file(tmp_path):
 
 
 def test_similarity_ties_get_average_ranks_and_tabs_are_detected(tmp_path):
-    from spacy_conceptnorm.bne.similarity import read_term_pairs, similarity_correlation
+    from spacy_conceptnorm.evaluation.similarity import read_term_pairs, similarity_correlation
 
     # cosines rank 1 2 3 4; the scores tie in the middle: ranks 1 2.5 2.5 4. Pearson of the ranks: deviations
     # (-1.5 -0.5 0.5 1.5) and (-1.5 0 0 1.5), so 4.5 / sqrt(5 * 4.5) = 3 / sqrt(10).
@@ -479,7 +486,7 @@ def test_similarity_ties_get_average_ranks_and_tabs_are_detected(tmp_path):
 
 
 def test_similarity_strict_rows_missing_columns_and_too_few_pairs(tmp_path):
-    from spacy_conceptnorm.bne.similarity import read_term_pairs, similarity_correlation
+    from spacy_conceptnorm.evaluation.similarity import read_term_pairs, similarity_correlation
 
     (tmp_path / "pairs.csv").write_text(PAIRS_CSV)
     with pytest.raises(ConceptNormError, match=r"pairs\.csv:9: empty term1"):
@@ -497,7 +504,7 @@ def test_similarity_strict_rows_missing_columns_and_too_few_pairs(tmp_path):
 
 
 def test_similarity_command_over_several_encoders(tmp_path, monkeypatch):
-    import spacy_conceptnorm.benchmarks.bne as benchmark
+    import benchmarks.bne as benchmark
 
     (tmp_path / "pairs.csv").write_text(PAIRS_CSV)
     loaded = []
@@ -521,7 +528,7 @@ def test_similarity_command_over_several_encoders(tmp_path, monkeypatch):
 def test_speed_command_prints_names_per_second_and_the_load(trained, fixtures, tmp_path, monkeypatch):
     import types
 
-    import spacy_conceptnorm.benchmarks.bne as benchmark
+    import benchmarks.bne as benchmark
 
     encoder, _ = trained
     encoder.save(tmp_path / "bne")
@@ -544,7 +551,7 @@ def test_speed_command_prints_names_per_second_and_the_load(trained, fixtures, t
 def test_the_recipe_in_configs_is_the_trained_encoders_settings(fixtures):
     from dataclasses import asdict
 
-    from spacy_conceptnorm.bne.settings import read_recipe
+    from spacy_conceptnorm.training.bne_settings import read_recipe
 
     recipe = read_recipe(fixtures.parent.parent / "configs" / "bne.cfg")
     assert asdict(recipe.train) == {**asdict(TrainConfig()), "epochs": 6}  # the README's run: paper defaults
@@ -567,7 +574,7 @@ def test_the_recipe_in_configs_is_the_trained_encoders_settings(fixtures):
     ],
 )
 def test_bad_recipes_name_the_file_section_and_key(tmp_path, text, message):
-    from spacy_conceptnorm.bne.settings import read_recipe
+    from spacy_conceptnorm.training.bne_settings import read_recipe
 
     (tmp_path / "bad.cfg").write_text(text)
     with pytest.raises(ConceptNormError, match=message):
@@ -609,7 +616,7 @@ def test_train_bne_recipe_sets_the_skip_gram_vectors(fixtures, tmp_path):
     assert report["word2vec"] == {"window": 2, "negative": 5, "min_count": 2, "epochs": 1, "workers": 1}
     from collections import Counter
 
-    from spacy_conceptnorm.bne.vectors import text_sentences
+    from spacy_conceptnorm.training.word_vectors import text_sentences
 
     vectors = WordVectors.from_disk(tmp_path / "v.txt")
     counts = Counter(w for sentence in text_sentences(kb_path=fixtures / "medic_sample.txt") for w in sentence)
@@ -620,7 +627,7 @@ def test_project_has_a_bne_workflow_outside_all():
     import srsly
     from weasel.util import substitute_project_variables
 
-    from spacy_conceptnorm.bne.settings import read_recipe
+    from spacy_conceptnorm.training.bne_settings import read_recipe
 
     root = Path(__file__).parent.parent
     project = substitute_project_variables(srsly.read_yaml(root / "project.yml"))

@@ -14,10 +14,10 @@ from typer.testing import CliRunner
 
 from spacy_conceptnorm.annotate import annotate
 from spacy_conceptnorm.cli import app
-from spacy_conceptnorm.clinical.context import ClinicalContext, token_pattern
-from spacy_conceptnorm.clinical.evaluate import evaluate_assertions, predict_statuses, read_annotated_spans
-from spacy_conceptnorm.corpus import gold_linking_off
 from spacy_conceptnorm.errors import ConceptNormError
+from spacy_conceptnorm.evaluation.assertion import evaluate_assertions, predict_statuses, read_annotated_spans
+from spacy_conceptnorm.evaluation.gold import gold_linking_off
+from spacy_conceptnorm.pipeline.clinical_context import ClinicalContext, token_pattern
 
 from .conftest import FIXTURES
 

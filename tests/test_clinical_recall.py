@@ -10,13 +10,13 @@ from spacy.tokens import Span
 from typer.testing import CliRunner
 
 from spacy_conceptnorm.cli import app
-from spacy_conceptnorm.clinical.context import medspacy_available
-from spacy_conceptnorm.clinical.evaluate import evaluate_assertions, read_annotated_spans
-from spacy_conceptnorm.clinical.recall import CLINICAL_SETTINGS, clinical_overrides, use_clinical_settings
 from spacy_conceptnorm.errors import ConceptNormError
-from spacy_conceptnorm.text.abbreviations import CLINICAL_ABBREVIATIONS
-from spacy_conceptnorm.text.dictionary import DictionaryMatcher
-from spacy_conceptnorm.text.link_filter import LinkFilter
+from spacy_conceptnorm.evaluation.assertion import evaluate_assertions, read_annotated_spans
+from spacy_conceptnorm.pipeline.clinical_abbreviations import CLINICAL_ABBREVIATIONS
+from spacy_conceptnorm.pipeline.clinical_context import medspacy_available
+from spacy_conceptnorm.pipeline.clinical_settings import CLINICAL_SETTINGS, clinical_overrides, use_clinical_settings
+from spacy_conceptnorm.pipeline.dictionary_matcher import DictionaryMatcher
+from spacy_conceptnorm.pipeline.link_filter import LinkFilter
 
 for _name in ("kb_ents", "kb_confidence"):  # set by concept_normalizer, which these tests leave out
     if not Span.has_extension(_name):

@@ -24,7 +24,7 @@ from spacy_conceptnorm.clustering import (
     term_graph,
 )
 from spacy_conceptnorm.errors import ConceptNormError
-from spacy_conceptnorm.kb import load_kb
+from spacy_conceptnorm.kb.knowledge_base import load_kb
 
 from .conftest import FIXTURES
 from .fake_encoder import TrigramEncoder

@@ -11,9 +11,9 @@ import spacy
 from spacy.tokens import Doc, DocBin, Span
 from spacy.training import Example
 
-from spacy_conceptnorm.corpus import mention_spans
 from spacy_conceptnorm.errors import ConceptNormError
-from spacy_conceptnorm.scoring import accuracy_at, predicted_parts
+from spacy_conceptnorm.io.corpus import mention_spans
+from spacy_conceptnorm.linking.scoring import accuracy_at, predicted_parts
 
 from .fake_encoder import TrigramEncoder
 
@@ -129,13 +129,13 @@ def test_factory_is_found_through_the_entry_point_without_importing_the_package(
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["spacy_conceptnorm.component", "True"]
+    assert out.stdout.split() == ["spacy_conceptnorm.pipeline.concept_normalizer", "True"]
 
 
 def test_save_and_load_gives_identical_predictions_without_reencoding(linker_nlp, test_docs, tmp_path, monkeypatch):
     before = predictions(linker_nlp, test_docs)
     linker_nlp.to_disk(tmp_path / "pipeline")
-    from spacy_conceptnorm import encoder as encoder_module
+    from spacy_conceptnorm.ml import name_encoder as encoder_module
 
     encoded = []
     real = encoder_module.NameEncoder.encode

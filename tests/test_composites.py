@@ -6,7 +6,8 @@ import spacy
 from spacy.tokens import DocBin, Span
 
 from spacy_conceptnorm.errors import ConceptNormError
-from spacy_conceptnorm.text.composites import CompositeSplitter, split_composite
+from spacy_conceptnorm.pipeline.composite_splitter import CompositeSplitter
+from spacy_conceptnorm.text.composites import split_composite
 
 SPLITS = [
     # shared head (NCBI)

@@ -12,11 +12,12 @@ from spacy.language import Language
 from spacy.tokens import Doc, Span
 from spacy.training import Example
 
-from spacy_conceptnorm.component import ConceptNormalizer, make_concept_normalizer
 from spacy_conceptnorm.errors import ConceptNormError, Errors, Warnings
-from spacy_conceptnorm.kb import load_kb
-from spacy_conceptnorm.text.abbreviations import AbbreviationResolver, find_abbreviations, make_abbreviation_resolver
-from spacy_conceptnorm.text.composites import CompositeSplitter, make_composite_splitter
+from spacy_conceptnorm.kb.knowledge_base import load_kb
+from spacy_conceptnorm.pipeline.abbreviation_resolver import AbbreviationResolver, make_abbreviation_resolver
+from spacy_conceptnorm.pipeline.composite_splitter import CompositeSplitter, make_composite_splitter
+from spacy_conceptnorm.pipeline.concept_normalizer import ConceptNormalizer, make_concept_normalizer
+from spacy_conceptnorm.text.abbreviations import find_abbreviations
 from spacy_conceptnorm.text.normalize import TextNormalizer
 
 from .fake_encoder import TrigramEncoder

@@ -13,7 +13,7 @@ from spacy.tokens import Doc
 from spacy.util import filter_spans
 
 from spacy_conceptnorm.errors import ConceptNormError
-from spacy_conceptnorm.text.dictionary import MULTIPLIER, DictionaryMatcher, TokenPatterns
+from spacy_conceptnorm.pipeline.dictionary_matcher import MULTIPLIER, DictionaryMatcher, TokenPatterns
 
 NAMES = [
     "breast cancer", "hereditary breast cancer", "hereditary breast and ovarian cancer", "ovarian cancer", "cancer",

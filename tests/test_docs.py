@@ -1,5 +1,5 @@
-"""The user's docs work as written: every ```python block of README.md and docs/*.md runs, and every relative link
-points to a file (and a heading, where it names one).
+"""The docs work as written: every ```python block of README.md, CHANGELOG.md, CONTRIBUTING.md and docs/*.md runs,
+and every relative link points to a file (and a heading, where it names one).
 
 A block that needs something the fast set does not have is marked by an HTML comment on the line before it:
 `<!-- test: needs PATH -->` (PATH relative to the repository root, e.g. `training/pipeline`, the trained pipeline
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-DOCS = [ROOT / "README.md", ROOT / "CHANGELOG.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [ROOT / "README.md", ROOT / "CHANGELOG.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").glob("*.md"))]
 
 FENCE = re.compile(r"^(\s*)(`{3,}|~{3,})\s*([\w+-]*)")
 MARKER = re.compile(r"^\s*<!--\s*test:\s*(.*?)\s*-->\s*$")
@@ -170,6 +170,36 @@ def test_readme_is_a_guide() -> None:
         text = path.read_text(encoding="utf8")
         history = re.findall(r"\b[0-9a-f]{7,40}\b|issue [0-9]|session", text)
         assert not history, f"{path.relative_to(ROOT)}: {history}"
+
+
+def section(path: Path, title: str) -> list[str]:
+    """The lines of a Markdown file under the `## title` heading, up to the next heading of that level or above."""
+    lines, inside = [], False
+    for line in path.read_text(encoding="utf8").splitlines():
+        heading = HEADING.match(line)
+        if heading and len(heading.group(1)) <= 2:
+            inside = heading.group(2) == title
+        elif inside:
+            lines.append(line)
+    return lines
+
+
+def test_readme_develop_installs_what_ci_runs() -> None:
+    """The README's Develop section stays short (the rest is CONTRIBUTING.md), and its install and test commands are
+    those `.ci/run` runs: the same extras and the same packages without their dependencies, Chromium for the browser
+    test, the fast and the slow set. So a newcomer's test run skips nothing that CI runs."""
+    readme = ROOT / "README.md"
+    develop = [line for line in section(readme, "Develop") if line.strip()]
+    assert develop and len(develop) <= 6, develop
+    assert "CONTRIBUTING.md" in LINK.findall("\n".join(develop))
+    text, ci = "\n".join(develop), (ROOT / ".ci" / "run").read_text(encoding="utf8")
+    extras = re.compile(r'-e "\.\[([\w,]+)\]"')
+    no_deps = re.compile(r"--no-deps((?:\s+[\w.-]+==[\w.]+)+)")
+    assert set(extras.search(text).group(1).split(",")) == set(extras.search(ci).group(1).split(","))
+    assert sorted(no_deps.search(text).group(1).split()) == sorted(no_deps.search(ci).group(1).split())
+    assert "apt-get install -y chromium" in text and "install -y -q chromium" in ci
+    assert "python -m pytest -q -m slow" in text and "pytest_set -m slow" in ci
+    assert not section(readme, "Run the tests")
 
 
 def test_markers_and_fences_are_read(tmp_path: Path) -> None:

@@ -13,18 +13,18 @@ from spacy.training import Example
 from typer.testing import CliRunner
 
 from spacy_conceptnorm.cli import app
-from spacy_conceptnorm.encoder import NameEncoder
 from spacy_conceptnorm.errors import ConceptNormError
 from spacy_conceptnorm.evaluation.calibrate import calibrate, load_pipeline
-from spacy_conceptnorm.evaluation.evaluate import evaluate_pipeline
 from spacy_conceptnorm.evaluation.gold import read_gold_docs
+from spacy_conceptnorm.evaluation.linking import evaluate_pipeline
 from spacy_conceptnorm.evaluation.nil import NilCase, _mean_accuracy, holding_out, nil_accuracy, nil_thresholds
 from spacy_conceptnorm.evaluation.report import headline as headline_of
 from spacy_conceptnorm.evaluation.report import markdown, write_report
-from spacy_conceptnorm.kb import DOMAIN, Concept, KnowledgeBase, load_kb
-from spacy_conceptnorm.ranking.linker import Linker
-from spacy_conceptnorm.ranking.ranker import Ranker
-from spacy_conceptnorm.search import ALL_STRATEGIES, SieveSearcher
+from spacy_conceptnorm.kb.knowledge_base import DOMAIN, Concept, KnowledgeBase, load_kb
+from spacy_conceptnorm.linking.linker import Linker
+from spacy_conceptnorm.linking.ranker import Ranker
+from spacy_conceptnorm.ml.name_encoder import NameEncoder
+from spacy_conceptnorm.search.sieve import ALL_STRATEGIES, SieveSearcher
 
 from .fake_encoder import TrigramEncoder
 

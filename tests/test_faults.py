@@ -19,10 +19,10 @@ import spacy
 from spacy.training import Example
 
 from spacy_conceptnorm import load, save
-from spacy_conceptnorm.encoder import NameEncoder
 from spacy_conceptnorm.errors import ConceptNormError
-from spacy_conceptnorm.kb import load_kb
-from spacy_conceptnorm.util import SKIP_CHECKSUMS
+from spacy_conceptnorm.io.files import SKIP_CHECKSUMS
+from spacy_conceptnorm.kb.knowledge_base import load_kb
+from spacy_conceptnorm.ml.name_encoder import NameEncoder
 
 from .conftest import FIXTURES
 

@@ -14,7 +14,7 @@ import os, torch
 torch.set_num_threads(2)
 os.environ.pop("TOKENIZERS_PARALLELISM", None)
 import spacy_conceptnorm, spacy_conceptnorm.cli, spacy_conceptnorm.annotate, spacy_conceptnorm.training
-import spacy_conceptnorm.evaluation.evaluate
+import spacy_conceptnorm.evaluation.linking
 
 
 def threads_in_a_forked_child():
@@ -28,11 +28,11 @@ def threads_in_a_forked_child():
 
 
 print(threads_in_a_forked_child(), "TOKENIZERS_PARALLELISM" in os.environ)
-from spacy_conceptnorm.index import VectorIndex
+from spacy_conceptnorm.search.index import VectorIndex
 VectorIndex(4)  # the first index installs the fork hook
 print(threads_in_a_forked_child())
 
-from spacy_conceptnorm.util import atomic_open
+from spacy_conceptnorm.io.files import atomic_open
 os.umask(0o027)  # changed after import: files written later follow it
 with atomic_open(os.path.join({tmp!r}, "f"), "wb") as f:
     f.write(b"x")

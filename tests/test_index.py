@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from spacy_conceptnorm.errors import ConceptNormError
-from spacy_conceptnorm.index import VectorIndex
+from spacy_conceptnorm.search.index import VectorIndex
 
 
 def unit(rows: int, dim: int = 16, seed: int = 0) -> np.ndarray:

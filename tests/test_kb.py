@@ -5,7 +5,7 @@ import pytest
 import srsly
 
 from spacy_conceptnorm.errors import ConceptNormError
-from spacy_conceptnorm.kb import DOMAIN, ONTOLOGY, SOURCE_BITS, Concept, KnowledgeBase, load_kb
+from spacy_conceptnorm.kb.knowledge_base import DOMAIN, ONTOLOGY, SOURCE_BITS, Concept, KnowledgeBase, load_kb
 
 
 def test_medic_2012_loader_keeps_mesh_primary_and_omim_alternatives(kb):

@@ -8,9 +8,9 @@ import threading
 import pytest
 import spacy
 
-from spacy_conceptnorm.encoder import NameEncoder
 from spacy_conceptnorm.errors import ConceptNormError
-from spacy_conceptnorm.kb import Concept, KnowledgeBase
+from spacy_conceptnorm.kb.knowledge_base import Concept, KnowledgeBase
+from spacy_conceptnorm.ml.name_encoder import NameEncoder
 
 KNOWN = ["hemochromatosis", "iron storage disorder", "liver disease"]
 UNSEEN = ["disorder of iron storage in the liver", "hepatic iron overload"]
@@ -187,15 +187,15 @@ def test_importing_the_package_loads_nothing_heavy_until_a_name_is_read():
         f"print(*[m for m in {HEAVY!r} if m in sys.modules] or ['none'])\n"
         "print(p.ConceptNormalizer.__module__, p.load.__module__, 'load_kb' in dir(p))"
     )
-    assert found == ["none", "spacy_conceptnorm.component", "spacy_conceptnorm.pipeline_io", "True"]
+    assert found == ["none", "spacy_conceptnorm.pipeline.concept_normalizer", "spacy_conceptnorm.io.pipelines", "True"]
 
 
 def test_spacys_registry_finds_every_component_and_their_modules_import_no_training_library():
     found = fresh(
         "import sys, spacy\n"
         "from spacy.util import registry\n"
-        "import spacy_conceptnorm.component, spacy_conceptnorm.text.dictionary, spacy_conceptnorm.text.link_filter\n"
-        "import spacy_conceptnorm.text.abbreviations, spacy_conceptnorm.text.composites\n"
+        "from spacy_conceptnorm.pipeline import concept_normalizer, dictionary_matcher, link_filter\n"
+        "from spacy_conceptnorm.pipeline import abbreviation_resolver, composite_splitter\n"
         "print(*[m for m in ('transformers', 'sklearn', 'matplotlib', 'ray') if m in sys.modules] or ['none'])\n"
         "nlp = spacy.blank('en')\n"
         "for name in ('abbreviation_resolver', 'composite_splitter', 'concept_normalizer', 'dictionary_matcher',"
@@ -204,7 +204,8 @@ def test_spacys_registry_finds_every_component_and_their_modules_import_no_train
         "print(registry.misc.get('spacy_conceptnorm.NameEncoder.v1').__name__)"
     )
     assert found == [
-        "none", "spacy_conceptnorm.text.abbreviations", "spacy_conceptnorm.text.composites",
-        "spacy_conceptnorm.component", "spacy_conceptnorm.text.dictionary", "spacy_conceptnorm.text.link_filter",
+        "none", "spacy_conceptnorm.pipeline.abbreviation_resolver", "spacy_conceptnorm.pipeline.composite_splitter",
+        "spacy_conceptnorm.pipeline.concept_normalizer", "spacy_conceptnorm.pipeline.dictionary_matcher",
+        "spacy_conceptnorm.pipeline.link_filter",
         "NameEncoder",
     ]  # fmt: skip

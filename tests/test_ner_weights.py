@@ -6,8 +6,8 @@ import torch
 from spacy_transformers.layers.hf_shim import HFShim
 from spacy_transformers.span_getters import configure_strided_spans
 
-from spacy_conceptnorm.ner import transformer_model
-from spacy_conceptnorm.ner_weights import CompactHFShim
+from spacy_conceptnorm.ml.recognizer import transformer_model
+from spacy_conceptnorm.ml.recognizer_weights import CompactHFShim
 
 
 def _model(tiny_bert):

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import spacy
 
-from spacy_conceptnorm.encoder import NameEncoder
 from spacy_conceptnorm.errors import ConceptNormError
-from spacy_conceptnorm.kb import load_kb
+from spacy_conceptnorm.kb.knowledge_base import load_kb
+from spacy_conceptnorm.ml.name_encoder import NameEncoder
 
 from .conftest import save_tiny_bert
 
@@ -73,7 +73,7 @@ def test_the_export_is_cached_and_remade_when_damaged(tiny_model, onnx_cache, mo
     first = NameEncoder(str(tiny_model), runtime="onnx").encode(MENTIONS)
     exports = list(onnx_cache.glob("*.onnx"))
     assert exports
-    import spacy_conceptnorm.onnx_export as onnx_export
+    import spacy_conceptnorm.ml.onnx_export as onnx_export
 
     def no_export(*args, **kwargs):
         raise AssertionError("exported again")
@@ -112,7 +112,7 @@ def test_a_forked_worker_encodes_with_its_own_session(tiny_model):
 
 
 def test_a_pipeline_keeps_its_configured_runtime_when_saved_and_loaded(tiny_model, tmp_path):
-    from spacy_conceptnorm.kb import Concept, KnowledgeBase
+    from spacy_conceptnorm.kb.knowledge_base import Concept, KnowledgeBase
 
     kb = KnowledgeBase.from_records([(Concept("A", "liver disease"), ["hepatopathy"]), (Concept("B", "anemia"), [])])
     nlp = spacy.blank("en")

@@ -1,6 +1,8 @@
 """Property-based tests (hypothesis): the KB loaders, the normalizer, the abbreviation resolver, the
 composite splitter and the linker on arbitrary text and entity spans. Whatever the input: no exception other than
 the package's ConceptNormError, spans and offsets inside the text, `kb_ents` a list of (concept id, score) tuples.
+The pure string algorithms of `spacy_conceptnorm.text` keep their rules' promises on any text: a definition is found
+where it is written, parts of a composite mention are made of its own words, protected names stay whole.
 
 Examples per property: 200 in the default run (CI), 2,000 with HYPOTHESIS_PROFILE=thorough.
 """
@@ -8,22 +10,23 @@ Examples per property: 200 in the default run (CI), 2,000 with HYPOTHESIS_PROFIL
 import gzip
 import math
 import os
+import re
 import tempfile
 import warnings
 from pathlib import Path
 
 import pytest
 import spacy
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from spacy.language import Language
 from spacy.tokens import Span
 
 from spacy_conceptnorm.errors import ConceptNormError
-from spacy_conceptnorm.kb import load_kb
-from spacy_conceptnorm.kb_formats import READERS
-from spacy_conceptnorm.text.abbreviations import find_abbreviations
-from spacy_conceptnorm.text.composites import split_composite
+from spacy_conceptnorm.kb.formats import READERS
+from spacy_conceptnorm.kb.knowledge_base import load_kb
+from spacy_conceptnorm.text.abbreviations import Abbreviation, find_abbreviations, is_short_form
+from spacy_conceptnorm.text.composites import MAX_CHARS, split_composite
 from spacy_conceptnorm.text.normalize import TextNormalizer
 
 from .conftest import FIXTURES
@@ -116,6 +119,83 @@ def test_the_composite_splitter_gives_parts(text, protected, interventions):
         return
     assert parts and all(isinstance(p, str) for p in parts)
     assert len(parts) == 1 or all(p.strip() for p in parts)
+
+
+@given(TEXT)
+def test_abbreviations_keep_the_schwartz_hearst_constraints(text):
+    found = find_abbreviations(text)
+    starts = [a.short_start for a in found]
+    assert starts == sorted(set(starts))  # in text order, one definition per parenthesised group
+    for a in found:
+        assert is_short_form(a.short) and len(a.long) >= len(a.short)
+        assert a.short_end <= a.long_start or a.long_end <= a.short_start  # one outside the parentheses, one in
+        assert not re.search(rf"(?<!\w){re.escape(a.short)}(?!\w)", a.long)
+        assert Abbreviation(**a.to_dict()) == a  # what `doc._.abbreviations` stores gives the definition back
+
+
+# Long-form words whose initials occur nowhere else in the long form, so the initials match their own words only.
+INITIALS, TAILS = "bcdfghjklm", "aeiounprstvwxyz"
+LONG_FORM_WORDS = st.lists(
+    st.tuples(st.sampled_from(INITIALS), st.text(TAILS, max_size=8)).map("".join), min_size=2, max_size=6
+)
+
+
+@given(st.text("abcdefghijklmnopqrstuvwxyz ABCDEFGHIJKLMNOPQRSTUVWXYZ", max_size=40), LONG_FORM_WORDS, st.booleans())
+def test_a_definition_by_initials_is_found_where_it_is_written(sentence, words, long_first):
+    long = " ".join(words)
+    short = "".join(word[0] for word in words).upper()
+    start = len(sentence) + 2
+    if long_first:  # "... long form (LF) was studied."
+        text = f"{sentence}. {long} ({short}) was studied."
+        short_start, long_start = start + len(long) + 2, start
+    else:  # "... LF (long form) was studied."
+        text = f"{sentence}. {short} ({long}) was studied."
+        short_start, long_start = start, start + len(short) + 2
+    expected = Abbreviation(short, long, short_start, short_start + len(short), long_start, long_start + len(long))
+    assert find_abbreviations(text) == [expected]
+
+
+@given(TEXT, st.booleans())
+def test_composite_parts_are_made_of_the_mentions_words(text, interventions):
+    parts = split_composite(text, split_interventions=interventions)
+    if len(parts) == 1:
+        assert parts == [text]
+        return
+    words = set(re.findall(r"\w+", text))
+    for part in parts:
+        assert part == " ".join(part.split())  # stripped, single-spaced
+        assert set(re.findall(r"\w+", part)) <= words  # the rules share and complete words, never invent one
+
+
+@given(TEXT)
+def test_spacing_does_not_change_a_split(text):
+    respaced = "  ".join(text.split()) + "\n"
+    assume(len(text) <= MAX_CHARS and len(respaced) <= MAX_CHARS)  # a longer mention is never split
+    parts = split_composite(text)
+    if len(parts) >= 2:
+        assert split_composite(respaced) == parts
+    else:
+        assert split_composite(respaced) == [respaced]
+
+
+@given(TEXT)
+def test_a_protected_name_is_never_split(name):
+    assume(name.strip())
+    assert split_composite(name, protected=[name]) == [name]
+    assert split_composite(name, is_known_name=lambda text: text == " ".join(name.split())) == [name]
+
+
+WORD = st.text("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-", min_size=1, max_size=12)
+
+
+def _no_conjunction(word: str) -> bool:
+    return word.lower() not in {"and", "or", "plus", "vs", "versus"} and not word.lower().startswith("combin")
+
+
+@given(st.lists(WORD.filter(_no_conjunction), min_size=1, max_size=10))
+def test_a_mention_without_a_conjunction_is_not_split(words):
+    text = " ".join(words)
+    assert split_composite(text) == [text]
 
 
 # --- the pipeline: abbreviation_resolver -> composite_splitter -> concept_normalizer --------------------------------

@@ -10,21 +10,23 @@ from spacy.tokens import Span
 from spacy.training import Example
 from spacy.util import registry
 
-from spacy_conceptnorm.consistency import initials, make_consistent
 from spacy_conceptnorm.errors import ConceptNormError
-from spacy_conceptnorm.kb import load_kb
-from spacy_conceptnorm.ranking.candidates import FEATURES, CandidateGenerator
-from spacy_conceptnorm.ranking.confidence import (
+from spacy_conceptnorm.kb.knowledge_base import load_kb
+from spacy_conceptnorm.linking.candidates import FEATURES, CandidateGenerator
+from spacy_conceptnorm.linking.confidence import (
     Confidence,
     expected_calibration_error,
     reliability,
     word_overlap,
 )
-from spacy_conceptnorm.ranking.lexical import LexicalIndex, row_top, row_values
-from spacy_conceptnorm.ranking.pair_scorer import FitReport, PairScorer
-from spacy_conceptnorm.ranking.ranker import Ranker, fit_conditional_logit
-from spacy_conceptnorm.search import SieveSearcher
-from spacy_conceptnorm.training.ranker import ranking_examples, recall_at, reorder_test, train_ranker
+from spacy_conceptnorm.linking.consistency import initials, make_consistent
+from spacy_conceptnorm.linking.lexical import LexicalIndex, row_top, row_values
+from spacy_conceptnorm.linking.pair_scorer import PairScorer
+from spacy_conceptnorm.linking.ranker import Ranker
+from spacy_conceptnorm.search.sieve import SieveSearcher
+from spacy_conceptnorm.training.pair_scorer_fit import FitReport
+from spacy_conceptnorm.training.ranker_fit import fit_conditional_logit
+from spacy_conceptnorm.training.ranking import ranking_examples, recall_at, reorder_test, train_ranker
 
 from .fake_encoder import TrigramEncoder
 
@@ -309,7 +311,7 @@ def test_train_ranker_keeps_reordering_only_when_dev_says_it_helps(train_docs, t
     [(1.0, True), (0.32, True), (0.31, False)],
 )
 def test_train_ranker_reorders_on_the_sign_test_of_the_dev_hits(train_docs, test_docs, kb, monkeypatch, alpha, reorder):
-    import spacy_conceptnorm.training.ranker as training
+    import spacy_conceptnorm.training.ranking as training
 
     def hits(normalizer, examples, reranked):
         """By hand: the ranker alone right on the first 3 queries, the sieve alone on the 4th, both on the rest."""
@@ -375,7 +377,7 @@ def linked_spans(doc, links):
 
 
 def test_one_text_one_concept_in_a_document():
-    import spacy_conceptnorm.text.abbreviations  # noqa: F401  (registers Span._.long_form)
+    import spacy_conceptnorm.pipeline.abbreviation_resolver  # noqa: F401  (registers Span._.long_form)
 
     nlp = spacy.blank("en")
     doc = nlp("Breast cancer is common . breast cancer kills . Breast Cancer again . breast cancer once more")
@@ -530,8 +532,8 @@ def test_pair_scorer_column_is_trained_saved_and_loaded(train_docs, test_docs, k
 
 
 def test_mention_and_long_form_ties_ignore_float_noise():
-    from spacy_conceptnorm.component import _preference
-    from spacy_conceptnorm.search import Match
+    from spacy_conceptnorm.pipeline.concept_normalizer import _preference
+    from spacy_conceptnorm.search.sieve import Match
 
     mention = ("AS", Match([("D1", 0.99999994)], ["as"], "OD-T", {}, 1.0))
     long_form = ("angelman syndrome", Match([("D2", 1.00000012)], ["angelman syndrome"], "OD-T", {}, 1.0))

@@ -1,4 +1,5 @@
-"""The triplet CNN pair scorer (`ranking.cnn`): training, exact batch-independent scores, saving and loading.
+"""The triplet CNN pair scorer (`linking.cnn_ranker`) and its training (`training.cnn_fit`): exact
+batch-independent scores, saving and loading.
 
 Fast: small networks (32 filters) over the packaged MiniLM's input embeddings (loaded once per process), trained
 on groups built from the MEDIC sample: a synonym as the mention, another synonym of its concept as the right
@@ -17,8 +18,10 @@ import torch
 from spacy.util import registry
 
 from spacy_conceptnorm.errors import ConceptNormError
-from spacy_conceptnorm.ranking.cnn import CONFIG_FILE, WEIGHTS_FILE, CNNRanker, pick_negatives
-from spacy_conceptnorm.ranking.pair_scorer import RankingGroup, rerank_accuracy
+from spacy_conceptnorm.linking.cnn_ranker import CONFIG_FILE, WEIGHTS_FILE, CNNRanker
+from spacy_conceptnorm.linking.pair_scorer import RankingGroup
+from spacy_conceptnorm.training.cnn_fit import fit_cnn, pick_negatives
+from spacy_conceptnorm.training.pair_scorer_fit import rerank_accuracy
 
 from .ranking_groups import medic_groups
 
@@ -53,7 +56,7 @@ def trained(groups) -> tuple[CNNRanker, object, list[str]]:
     """A small CNN trained on 3/4 of the groups, the rest as dev; with its report and log lines."""
     lines: list[str] = []
     ranker = CNNRanker(**SMALL, epochs=4)
-    report = ranker.fit(groups[:150], groups[150:], seed=1, log=lines.append)
+    report = fit_cnn(ranker, groups[:150], groups[150:], seed=1, log=lines.append)
     return ranker, report, lines
 
 
@@ -79,7 +82,7 @@ def test_fit_is_seeded(groups):
     scores = []
     for _ in range(2):
         ranker = CNNRanker(**SMALL, epochs=1)
-        ranker.fit(groups[:60], seed=3, log=lambda line: None)
+        fit_cnn(ranker, groups[:60], seed=3, log=lambda line: None)
         scores.append(np.concatenate(ranker.score([g.mention for g in groups], [g.names for g in groups])))
     assert np.array_equal(scores[0], scores[1])
 
@@ -119,7 +122,7 @@ def test_save_and_load_give_identical_scores(tmp_path, groups, trained):
 
 def test_fine_tuned_embeddings_are_saved_as_changed_rows(tmp_path, groups):
     ranker = CNNRanker(**SMALL, epochs=1, fine_tune=True)
-    ranker.fit(groups[:40], log=lambda line: None)
+    fit_cnn(ranker, groups[:40], log=lambda line: None)
     ranker.to_disk(tmp_path / "cnn")
     size = (tmp_path / "cnn" / WEIGHTS_FILE).stat().st_size
     assert 200_000 < size < 30_522 * 384 * 4 / 4  # some rows, far from the whole matrix

@@ -1,4 +1,5 @@
-"""The cross-encoder pair scorer (`ranking.cross_encoder`): training, batch-independent scores, saving and loading.
+"""The cross-encoder pair scorer (`linking.cross_encoder`) and its training (`training.cross_encoder_fit`):
+batch-independent scores, saving and loading.
 
 Fast: a tiny random BERT (1 layer, 32 wide) with the packaged MiniLM's tokenizer stands in for MiniLM, trained on
 groups built from the MEDIC sample: a synonym as the mention, another synonym of its concept as the right name,
@@ -15,14 +16,16 @@ import torch
 from spacy.util import registry
 
 from spacy_conceptnorm.errors import ConceptNormError
-from spacy_conceptnorm.ranking.cross_encoder import (
+from spacy_conceptnorm.linking.cross_encoder import (
     CONFIG_FILE,
     WEIGHTS_FILE,
     CrossEncoderRanker,
     context_window,
     model_path,
 )
-from spacy_conceptnorm.ranking.pair_scorer import RankingGroup, rerank_accuracy
+from spacy_conceptnorm.linking.pair_scorer import RankingGroup
+from spacy_conceptnorm.training.cross_encoder_fit import fit_cross_encoder
+from spacy_conceptnorm.training.pair_scorer_fit import rerank_accuracy
 
 from .ranking_groups import medic_groups
 
@@ -73,7 +76,7 @@ def trained(tiny_model, groups) -> tuple[CrossEncoderRanker, object, list[str]]:
     names apart, not to generalize: held-out groups would pick an epoch by chance); with its report and log."""
     lines: list[str] = []
     ranker = CrossEncoderRanker(tiny_model, **SMALL, epochs=8)
-    report = ranker.fit(groups[:60], groups[:60], seed=1, log=lines.append)
+    report = fit_cross_encoder(ranker, groups[:60], groups[:60], seed=1, log=lines.append)
     return ranker, report, lines
 
 
@@ -104,7 +107,7 @@ def test_fit_is_seeded_and_keeps_frozen_embeddings(tiny_model, groups, loss):
     scores = []
     for _ in range(2):
         ranker = CrossEncoderRanker(tiny_model, **{**SMALL, "freeze_embeddings": True}, loss=loss, top_negatives=2)
-        ranker.fit(groups[:20], seed=3, log=lambda line: None)
+        fit_cross_encoder(ranker, groups[:20], seed=3, log=lambda line: None)
         scores.append(np.concatenate(ranker.score([g.mention for g in groups], [g.names for g in groups])))
     assert np.array_equal(scores[0], scores[1])
     untrained = CrossEncoderRanker(tiny_model).network

@@ -13,8 +13,8 @@ from transformers import AutoConfig
 
 from spacy_conceptnorm.errors import ConceptNormError
 from spacy_conceptnorm.evaluation.boundaries import boundary_errors
-from spacy_conceptnorm.text.dictionary import DictionaryMatcher
-from spacy_conceptnorm.text.link_filter import LinkFilter
+from spacy_conceptnorm.pipeline.dictionary_matcher import DictionaryMatcher
+from spacy_conceptnorm.pipeline.link_filter import LinkFilter
 
 if not Span.has_extension("kb_confidence"):
     Span.set_extension("kb_confidence", default=None)
@@ -275,7 +275,7 @@ def test_link_filter_holds_the_dictionarys_entities_to_their_own_threshold(nlp):
 
 
 def test_dictionary_initialize_from_gold_docs(nlp, fixtures, kb):
-    from spacy_conceptnorm.text.dictionary import gold_docs
+    from spacy_conceptnorm.pipeline.dictionary_matcher import gold_docs
 
     docs = gold_docs(fixtures / "ncbi_train_sample.txt")
     assert gold_docs(None) == []
@@ -288,7 +288,7 @@ def test_dictionary_initialize_from_gold_docs(nlp, fixtures, kb):
 
 
 def test_recognizers_are_the_components_that_set_entities(nlp):
-    from spacy_conceptnorm.corpus import recognizers
+    from spacy_conceptnorm.evaluation.gold import recognizers
 
     nlp.add_pipe("ner")
     nlp.add_pipe("dictionary_matcher")
@@ -511,43 +511,56 @@ def test_transformer_model_rejects_an_unknown_cpu_precision(tiny_bert):
 
 
 @pytest.mark.parametrize(
-    "overrides,steps",
+    "overrides,native,steps",  # the same steps whatever the precision and the CPU
     [
-        ({"system.cpu_precision": "fp32"}, 600),
-        ({"system.cpu_precision": "bf16"}, 1200),
-        ({"system.cpu_precision": "bf16", "training.max_steps": 100}, 100),  # the command line still decides
+        ({"system.cpu_precision": "fp32"}, False, 800),
+        ({"system.cpu_precision": "bf16"}, True, 800),
+        ({"system.cpu_precision": "auto"}, True, 800),
+        ({"system.cpu_precision": "auto"}, False, 800),
+        ({"system.cpu_precision": "bf16", "training.max_steps": 100}, True, 100),  # the command line still decides
     ],
 )
-def test_ner_trf_trains_for_the_steps_its_precision_affords(overrides, steps):
+def test_ner_trf_trains_the_same_steps_on_every_cpu(monkeypatch, overrides, native, steps):
     from pathlib import Path
 
     from spacy.schemas import ConfigSchemaTraining
     from spacy.util import load_config, load_model_from_config, registry
 
+    import spacy_conceptnorm.ml.recognizer as ner
+
+    monkeypatch.setattr(ner, "cpu_has_native_bf16", lambda: native)
     path = Path(__file__).parents[1] / "configs" / "ner_trf.cfg"
     config = load_config(path, overrides={"paths.train": "train.spacy", "paths.dev": "dev.spacy", **overrides})
     config = load_model_from_config(config, auto_fill=True).config.interpolate()
     assert config["components"]["transformer"]["model"]["cpu_precision"] == overrides["system.cpu_precision"]
     training = registry.resolve(config["training"], schema=ConfigSchemaTraining)
     assert training["max_steps"] == steps
-    # warm-up, then linear decay that reaches 0 at the last step
+    # warm-up, then linear decay that reaches 0 at the last step, whatever the clock says
     schedule = registry.resolve({"learn_rate": config["training"]["optimizer"]["learn_rate"]})["learn_rate"]
     rates = list(itertools.islice(schedule, steps + 1))
     assert rates[steps] == 0 and rates[steps - 1] > 0
+    # the wall clock is only a safety stop, well above what the steps take on a slow 2-core CPU
+    assert config["training"]["batcher"]["max_minutes"] >= 120
 
 
-@pytest.mark.parametrize(
-    "precision,native,steps",  # the CPU decides only under "auto"
-    [("auto", True, 1200), ("auto", False, 600), ("bf16", True, 1200), ("bf16", False, 1200),
-     ("fp32", True, 600), ("fp32", False, 600)],
-)  # fmt: skip
-def test_ner_steps_follow_the_cpu_under_auto(monkeypatch, precision, native, steps):
-    import spacy_conceptnorm.ner as ner
+@pytest.mark.parametrize("precision,native", itertools.product(["auto", "bf16", "fp32"], [True, False]))
+def test_ner_steps_gives_the_same_steps_on_every_cpu(monkeypatch, precision, native):
+    """Configs written when the steps followed the CPU name ner_steps.v1: they now train `bf16`'s steps anywhere."""
+    import spacy_conceptnorm.ml.recognizer as ner
 
     monkeypatch.setattr(ner, "cpu_has_native_bf16", lambda: native)
-    assert ner.ner_steps(fp32=600, bf16=1200, cpu_precision=precision) == steps
+    assert ner.ner_steps(fp32=600, bf16=1200, cpu_precision=precision) == 1200
+    resolved = registry_resolve({"@misc": "spacy_conceptnorm.ner_steps.v1", "fp32": 600, "bf16": 1200})
+    assert resolved == 1200
     with pytest.raises(ConceptNormError, match="E317"):
         ner.ner_steps(fp32=600, bf16=1200, cpu_precision="fast")
+
+
+def registry_resolve(section: dict):
+    """`section` resolved as spaCy resolves a config's block."""
+    from spacy.util import registry
+
+    return registry.resolve({"x": section})["x"]
 
 
 class _Clock:
@@ -561,45 +574,51 @@ class _Clock:
         return self.now
 
 
-def test_warmup_linear_until_is_thincs_schedule_cut_short_by_the_clock(monkeypatch):
+def test_warmup_linear_until_is_thincs_schedule_whatever_the_clock(monkeypatch):
+    """Configs name warmup_linear_until.v1 with max_minutes: the rate follows the steps alone, on every machine."""
     from thinc.api import warmup_linear
 
-    import spacy_conceptnorm.budget as budget
+    import spacy_conceptnorm.training.budget as budget
 
-    clock = _Clock()
+    clock = _Clock(step=60 * 60)  # an hour passes at every reading
     monkeypatch.setattr(budget, "_now", clock)
-    # without a time limit, thinc's own warmup_linear.v1
-    for warmup, total in ((0, 5), (2, 6)):
-        ours = budget.warmup_linear_until(initial_rate=1.0, warmup_steps=warmup, total_steps=total, max_minutes=0)
+    for warmup, total, minutes in ((0, 5, 0), (2, 6, 0), (2, 100, 10)):
+        ours = budget.warmup_linear_until(initial_rate=1.0, warmup_steps=warmup, total_steps=total, max_minutes=minutes)
         thincs = warmup_linear(1.0, warmup, total)
         assert list(itertools.islice(ours, total + 2)) == list(itertools.islice(thincs, total + 2))
-    rates = budget.warmup_linear_until(initial_rate=1.0, warmup_steps=2, total_steps=100, max_minutes=10)
-    assert [next(rates) for _ in range(3)] == [0.0, 0.5, 1.0]  # warm-up, no time passed
-    clock.now += 6 * 60
-    assert next(rates) == pytest.approx(0.4)  # 6 of 10 minutes gone: below the step schedule's 97/98
-    clock.now += 4 * 60
-    assert next(rates) == 0.0 and next(rates) == 0.0
+    resolved = registry_resolve({"@schedules": "spacy_conceptnorm.warmup_linear_until.v1", "initial_rate": 1.0,
+                                 "warmup_steps": 2, "total_steps": 6, "max_minutes": 30})  # fmt: skip
+    assert list(itertools.islice(resolved, 8)) == list(itertools.islice(warmup_linear(1.0, 2, 6), 8))
 
 
-def test_batch_until_stops_when_the_time_is_up(monkeypatch):
-    import spacy_conceptnorm.budget as budget
+def test_batch_until_is_a_safety_stop_that_warns(monkeypatch):
+    import warnings
+
+    import spacy_conceptnorm.training.budget as budget
 
     clock = _Clock()
     monkeypatch.setattr(budget, "_now", clock)
-    batches = budget.batch_until(lambda items: ([item] for item in items), max_minutes=10)(range(5))
+    batcher = budget.batch_until(lambda items: ([item] for item in items), max_minutes=10)
+    batches = batcher(range(5))
     assert next(batches) == [0]
     clock.now += 9 * 60
     assert next(batches) == [1]
     clock.now += 60
-    assert list(batches) == []
+    with pytest.warns(budget.SafetyStopWarning, match=r"safety stop .*max_minutes = 10\) after 2 steps"):
+        assert list(batches) == []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # warned once: the later epochs stay quiet
+        assert list(batcher(range(5))) == []
     unlimited = budget.batch_until(lambda items: ([item] for item in items), max_minutes=0)
     clock.now += 10**6
-    assert list(unlimited(range(3))) == [[0], [1], [2]]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert list(unlimited(range(3))) == [[0], [1], [2]]
 
 
-def test_ner_trf_training_ends_when_its_minutes_are_spent(tiny_bert, tmp_path, monkeypatch):
-    """spaCy's own loop on configs/ner_trf.cfg: with the clock at a minute a step it stops after the budget's steps,
-    far short of max_steps and of its (finite) epochs, and saves the model."""
+def test_ner_trf_training_ends_with_a_warning_when_its_safety_stop_fires(tiny_bert, tmp_path, monkeypatch):
+    """spaCy's own loop on configs/ner_trf.cfg: with the clock at a minute a step the safety stop ends it after its
+    minutes, far short of max_steps and of its (finite) epochs, warns, and saves the model."""
     import io
     from pathlib import Path
 
@@ -608,7 +627,7 @@ def test_ner_trf_training_ends_when_its_minutes_are_spent(tiny_bert, tmp_path, m
     from spacy.training.loop import train
     from spacy.util import load_config, registry
 
-    import spacy_conceptnorm.budget as budget
+    import spacy_conceptnorm.training.budget as budget
 
     vocab = spacy.blank("en")
     DocBin(docs=[doc_with(vocab, ["hereditary breast cancer", "anemia", "diabetes"])]).to_disk(tmp_path / "c.spacy")
@@ -623,9 +642,10 @@ def test_ner_trf_training_ends_when_its_minutes_are_spent(tiny_bert, tmp_path, m
     }  # fmt: skip
     config = load_config(Path(__file__).parents[1] / "configs" / "ner_trf.cfg", overrides=overrides)
     assert config["training"]["max_epochs"] > 0  # 0 (no end): once the time is up the loop would spin forever
-    monkeypatch.setattr(budget, "_now", _Clock(step=30))  # each step reads it twice: batcher and schedule
+    monkeypatch.setattr(budget, "_now", _Clock(step=60))  # the batcher reads it once a step
     nlp = init_nlp(config)
     (tmp_path / "out").mkdir()
-    train(nlp, tmp_path / "out", stdout=io.StringIO(), stderr=io.StringIO())
-    assert 3 <= len(steps) <= 5  # one abstract a step: without the budget, 20 epochs = 20 steps
+    with pytest.warns(budget.SafetyStopWarning, match="spacy train stopped by its wall-clock safety stop"):
+        train(nlp, tmp_path / "out", stdout=io.StringIO(), stderr=io.StringIO())
+    assert 3 <= len(steps) <= 5  # one abstract a step: without the stop, 20 epochs = 20 steps
     assert (tmp_path / "out" / "model-last" / "config.cfg").exists()

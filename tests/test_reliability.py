@@ -10,7 +10,7 @@ from spacy.language import Language
 from spacy.training import Example
 
 from spacy_conceptnorm.errors import ConceptNormError
-from spacy_conceptnorm.kb import DOMAIN, SOURCE_BITS, load_kb
+from spacy_conceptnorm.kb.knowledge_base import DOMAIN, SOURCE_BITS, load_kb
 
 from .conftest import FIXTURES
 from .fake_encoder import TrigramEncoder
@@ -177,7 +177,7 @@ def test_unreadable_kb_files_raise_the_package_error_naming_them(tmp_path):
 # --- 4. batch-independent results ---------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def real_encoder():
-    from spacy_conceptnorm.encoder import NameEncoder
+    from spacy_conceptnorm.ml.name_encoder import NameEncoder
 
     return NameEncoder(precision="auto")
 
@@ -438,7 +438,7 @@ def spinning(monkeypatch):
     budget of two; yields the `threads` module, and restores the thread count and the policy afterwards."""
     import torch
 
-    from spacy_conceptnorm import threads
+    from spacy_conceptnorm.ml import threads
 
     before = torch.get_num_threads()
     torch.set_num_threads(2)
@@ -484,7 +484,7 @@ def test_a_training_run_on_spinning_threads_takes_one_thread_when_it_starts_on_a
 
 
 def test_runnable_elsewhere_reads_the_kernels_count_of_runnable_threads(monkeypatch):
-    from spacy_conceptnorm import threads
+    from spacy_conceptnorm.ml import threads
 
     readings = iter(["0.1 0.2 0.3 1/90 7", "2.0 1.0 0.5 4/91 8", "2.0 1.0 0.5 3/91 8"])
     monkeypatch.setattr(threads, "_read", lambda path: next(readings))
@@ -506,7 +506,7 @@ def test_runnable_elsewhere_reads_the_kernels_count_of_runnable_threads(monkeypa
     ],
 )
 def test_the_cpu_budget_follows_the_cgroup_quota(tmp_path, monkeypatch, v2, v1_quota, expected):
-    from spacy_conceptnorm import threads
+    from spacy_conceptnorm.ml import threads
 
     for name, value in [("CGROUP_V2_MAX", v2), ("CGROUP_V1_QUOTA", v1_quota), ("CGROUP_V1_PERIOD", "100000")]:
         path = tmp_path / name
@@ -521,7 +521,7 @@ def test_torch_and_faiss_threads_are_cut_to_the_budget_unless_the_user_chose(mon
     import faiss
     import torch
 
-    from spacy_conceptnorm import threads
+    from spacy_conceptnorm.ml import threads
 
     before = torch.get_num_threads(), faiss.omp_get_max_threads()
     try:
@@ -544,7 +544,7 @@ def test_the_package_imported_before_torch_makes_openmp_waits_passive(monkeypatc
     import subprocess
     import sys
 
-    from spacy_conceptnorm.threads import passive_openmp_by_default
+    from spacy_conceptnorm.ml.threads import passive_openmp_by_default
 
     env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
     code = "import os, spacy_conceptnorm; print(os.environ.get('OMP_WAIT_POLICY'))"

@@ -1,7 +1,7 @@
 """Knowledge bases of millions of names in bounded memory: the compact KB tables, the float16 vector store shared
 by the searcher and its indexes, memory-mapped loading, the index type chosen by size, the streamed MRCONSO
 loader, the lexical index switched off over its limit. Small data; the sizes themselves are measured by
-`python -m spacy_conceptnorm.benchmarks.scale`."""
+`python -m benchmarks.scale`."""
 
 import pickle
 import tracemalloc
@@ -12,17 +12,17 @@ import numpy as np
 import pytest
 import srsly
 
-from spacy_conceptnorm import index as index_module
-from spacy_conceptnorm import vector_store as vector_store_module
-from spacy_conceptnorm.benchmarks.scale import make_queries, write_mrconso
-from spacy_conceptnorm.compact import LinkLists, StringTable
+from benchmarks.scale import make_queries, write_mrconso
 from spacy_conceptnorm.errors import ConceptNormError
-from spacy_conceptnorm.index import VectorIndex, choose_index_type
-from spacy_conceptnorm.kb import DOMAIN, ONTOLOGY, SOURCE_BITS, Concept, KnowledgeBase, load_kb
-from spacy_conceptnorm.kb_formats import read_mrconso
-from spacy_conceptnorm.ranking.lexical import LexicalIndex
-from spacy_conceptnorm.search import SieveSearcher
-from spacy_conceptnorm.vector_store import VectorStore
+from spacy_conceptnorm.kb.compact import LinkLists, StringTable
+from spacy_conceptnorm.kb.formats import read_mrconso
+from spacy_conceptnorm.kb.knowledge_base import DOMAIN, ONTOLOGY, SOURCE_BITS, Concept, KnowledgeBase, load_kb
+from spacy_conceptnorm.linking.lexical import LexicalIndex
+from spacy_conceptnorm.search import index as index_module
+from spacy_conceptnorm.search import vector_store as vector_store_module
+from spacy_conceptnorm.search.index import VectorIndex, choose_index_type
+from spacy_conceptnorm.search.sieve import SieveSearcher
+from spacy_conceptnorm.search.vector_store import VectorStore
 
 from .fake_encoder import TrigramEncoder
 

@@ -3,8 +3,8 @@ import pytest
 import srsly
 
 from spacy_conceptnorm.errors import ConceptNormError
-from spacy_conceptnorm.kb import DOMAIN, Concept, KnowledgeBase
-from spacy_conceptnorm.search import ALL_STRATEGIES, SieveSearcher, Stage, parse_strategy
+from spacy_conceptnorm.kb.knowledge_base import DOMAIN, Concept, KnowledgeBase
+from spacy_conceptnorm.search.sieve import ALL_STRATEGIES, SieveSearcher, Stage, parse_strategy
 
 from .fake_encoder import TrigramEncoder
 
@@ -151,7 +151,7 @@ def test_a_searcher_saved_in_another_format_version_is_refused(searcher, small_k
 
 
 def test_a_float16_row_scores_exactly_one_against_itself():
-    from spacy_conceptnorm.search import exact_scores
+    from spacy_conceptnorm.search.sieve import exact_scores
 
     rng = np.random.default_rng(0)
     rows = rng.standard_normal((500, 384)).astype(np.float32)
@@ -162,8 +162,8 @@ def test_a_float16_row_scores_exactly_one_against_itself():
 
 
 def test_answers_do_not_depend_on_how_many_rows_are_scored_at_once(searcher, monkeypatch):
-    import spacy_conceptnorm.index as index_module
-    import spacy_conceptnorm.search as search_module
+    import spacy_conceptnorm.search.index as index_module
+    import spacy_conceptnorm.search.sieve as search_module
 
     texts = ["colon cancer", "breast tumour", "diabetes", "crc", "mammary neoplasm", "cancer of the colon"]
     # an approximate index: its candidates are rescored from the vector store

@@ -18,14 +18,25 @@ from spacy.util import registry
 from typer.testing import CliRunner
 
 from spacy_conceptnorm.cli import app
-from spacy_conceptnorm.encoder import NameEncoder
 from spacy_conceptnorm.errors import ConceptNormError
-from spacy_conceptnorm.kb import Concept, KnowledgeBase, load_kb
+from spacy_conceptnorm.io.files import write_dir_atomically
+from spacy_conceptnorm.kb.knowledge_base import Concept, KnowledgeBase, load_kb
+from spacy_conceptnorm.ml.name_encoder import NameEncoder
+from spacy_conceptnorm.training.budget import SafetyStopWarning
 from spacy_conceptnorm.training.data import build_training_data, load_hierarchy, mention_pairs
+from spacy_conceptnorm.training.encoder_settings import TrainingSettings, read_settings
 from spacy_conceptnorm.training.losses import batch_hard_triplets, multi_similarity_pairs, pair_masks
 from spacy_conceptnorm.training.samplers import STRATEGIES, Batch, BatchBuilder, Group, TripletSampler
-from spacy_conceptnorm.training.trainer import batch_loss, train
-from spacy_conceptnorm.util import write_dir_atomically
+from spacy_conceptnorm.training.trainer import (
+    CHECKPOINT,
+    STATE_FILE,
+    TrainingState,
+    batch_loss,
+    load_training_config,
+    planned_steps,
+    schedule_length,
+    train,
+)
 
 from .fake_encoder import TrigramEncoder
 
@@ -89,6 +100,7 @@ def overrides(tiny_kb_path, tiny_bert, hierarchy_path) -> dict:
         "training.micro_batch": 16,
         "training.learning_rate": 1e-3,
         "training.max_epochs": 2,
+        "training.schedule_steps": 0,
         "training.max_minutes": 0,
         "training.patience": 0,
         "training.threads": 1,
@@ -397,8 +409,6 @@ def test_train_writes_loadable_models_and_resume_continues_an_interrupted_run(tm
 
 
 def test_a_resumed_run_keeps_the_thread_count_it_started_with(tmp_path, overrides):
-    from spacy_conceptnorm.training.trainer import CHECKPOINT, STATE_FILE
-
     out = tmp_path / "run"
     train(CONFIG, out, {**overrides, "training.max_epochs": 1})  # on one thread (overrides)
     before = torch.get_num_threads()
@@ -410,6 +420,79 @@ def test_a_resumed_run_keeps_the_thread_count_it_started_with(tmp_path, override
         torch.set_num_threads(before)
     state = torch.load(out / CHECKPOINT / STATE_FILE, weights_only=True)
     assert state["epoch"] == 2 and state["threads"] == 1
+
+
+# the keys every version's checkpoint holds for the run's state, beside optimizer, scheduler, rng and threads
+STATE_KEYS = {"epoch", "step", "history", "best", "best_epoch", "bad_epochs", "elapsed", "candidates"}
+
+
+def test_training_state_reads_and_writes_the_checkpoint_format():
+    saved = {"epoch": 2, "step": 70, "history": [{"epoch": 0, "step": 0, "dev_acc1": 0.5}], "best": 0.5,
+             "best_epoch": 0, "bad_epochs": 2, "elapsed": 12.5, "candidates": ["D1", "D2"],
+             "optimizer": {}, "scheduler": {}, "rng": {}, "threads": 1}  # fmt: skip
+    state = TrainingState.from_dict(saved)
+    assert (state.epoch, state.step, state.best, state.bad_epochs, state.candidates) == (2, 70, 0.5, 2, ["D1", "D2"])
+    assert state.to_dict() == {k: saved[k] for k in STATE_KEYS}
+    assert set(TrainingState().to_dict()) == STATE_KEYS
+    with pytest.raises(KeyError):
+        TrainingState.from_dict({k: v for k, v in saved.items() if k != "bad_epochs"})
+
+
+def test_a_checkpoint_without_a_state_key_is_refused(tmp_path, overrides):
+    train(CONFIG, tmp_path, {**overrides, "training.max_epochs": 1})
+    saved = torch.load(tmp_path / CHECKPOINT / STATE_FILE, weights_only=True)
+    assert STATE_KEYS | {"optimizer", "scheduler", "rng", "threads"} == set(saved)
+    del saved["best_epoch"]
+    torch.save(saved, tmp_path / CHECKPOINT / STATE_FILE)
+    with pytest.raises(ConceptNormError, match="best_epoch"):
+        train(CONFIG, tmp_path, overrides, resume=True)
+
+
+def test_the_safety_stop_ends_the_run_with_a_warning(tmp_path, overrides):
+    """max_minutes is no budget: a run it ends says so, and records why it stopped."""
+    with pytest.warns(SafetyStopWarning, match=r"\[training\] max_minutes = 0.001\) after 1 step of the \d+ planned"):
+        metrics = train(CONFIG, tmp_path, {**overrides, "training.max_minutes": 0.001})  # set-up alone takes longer
+    assert metrics["steps"] == 1 and metrics["stopped"] == "max_minutes 0.001 reached (safety stop)"
+    assert json.loads((tmp_path / "metrics.json").read_text())["stopped"] == metrics["stopped"]
+
+
+def test_the_budget_is_steps_and_the_schedule_may_run_longer():
+    settings = TrainingSettings(max_epochs=2, max_steps=0)
+    assert planned_steps(settings, 36) == schedule_length(settings, 36) == 72
+    assert planned_steps(settings.model_copy(update={"max_steps": 50}), 36) == 50
+    longer = settings.model_copy(update={"max_epochs": 1, "schedule_steps": 2400})
+    assert (planned_steps(longer, 737), schedule_length(longer, 737)) == (737, 2400)
+
+
+def test_a_run_cut_at_its_budget_trains_the_steps_of_a_longer_schedule(tmp_path, overrides, monkeypatch):
+    """One epoch with `schedule_steps` = a two-epoch run's schedule gives that run's first epoch, weight for weight."""
+    from spacy_conceptnorm.training import trainer
+
+    real_save = trainer.save_checkpoint
+
+    def save_then_crash(*args, **kwargs):
+        real_save(*args, **kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(trainer, "save_checkpoint", save_then_crash)
+    with pytest.raises(KeyboardInterrupt):  # two epochs, the schedule over max_steps = 50, killed after the first
+        train(CONFIG, tmp_path / "long", {**overrides, "training.max_steps": 50})
+    monkeypatch.setattr(trainer, "save_checkpoint", real_save)
+    metrics = train(CONFIG, tmp_path / "cut", {**overrides, "training.max_epochs": 1, "training.schedule_steps": 50})
+    assert metrics["stopped"] == "max_epochs reached" and metrics["steps"] < 50
+    a = NameEncoder(str(tmp_path / "long" / "model-last")).model.state_dict()
+    b = NameEncoder(str(tmp_path / "cut" / "model-last")).model.state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize("name", ["train_xu_bethard.cfg", "train_dilbert.cfg", "train_coderpp.cfg"])
+def test_encoder_configs_budget_steps_with_at_most_a_generous_safety_stop(name):
+    config = load_training_config(CONFIG.parent / name)
+    plain = {k: v for k, v in config["training"].items() if not isinstance(v, dict)}
+    settings = read_settings(TrainingSettings, plain, "training")
+    assert settings.max_minutes == 0 or settings.max_minutes >= 120  # never fires on a slow 2-core CPU
+    if name == "train_xu_bethard.cfg":  # `run all`'s: one epoch, the learning rate declining as over 2,400 steps
+        assert (settings.max_epochs, settings.max_steps, settings.schedule_steps) == (1, 0, 2400)
 
 
 def test_model_best_stays_the_starting_model_when_no_epoch_beats_it(tmp_path, overrides, monkeypatch):

@@ -14,7 +14,7 @@ Input formats (`--input-format`, else guessed from INPUT):
 Output formats (`--output-format`, else from OUTPUT's extension): "jsonl" (.jsonl), one object per document
 (see `entity_record`), or "pubtator" (.pubtator, .txt): per document a title line (text up to its first newline),
 an abstract line (the rest, newlines written as spaces so offsets hold), `PMID\\tstart\\tend\\ttext\\tlabel\\tid`
-lines and a blank line. PubTator is read and written by `spacy_conceptnorm.corpus`, as for the gold corpora.
+lines and a blank line. PubTator is read and written by `spacy_conceptnorm.io.corpus`, as for the gold corpora.
 
 Ids are compared as strings. A record whose id was seen before in the input is a duplicate: warned about and
 skipped. A text longer than `nlp.max_length` is annotated in pieces cut at newlines (else spaces) and merged back.

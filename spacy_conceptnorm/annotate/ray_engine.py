@@ -40,8 +40,8 @@ import spacy
 from tqdm import tqdm
 
 from ..errors import ConceptNormError, Errors, Warnings
-from ..pipeline_io import load
-from ..util import atomic_open, write_json
+from ..io.files import atomic_open, write_json
+from ..io.pipelines import load
 from .resume import check_output, read_done_ids
 from .run import Summary, input_documents, resolve_formats, split_text
 from .writers import WRITERS, entity_record

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import srsly
 
-from ..corpus import PUBTATOR_TEXT_LINE, parse_pubtator
-from ..util import read_lines
+from ..io.corpus import PUBTATOR_TEXT_LINE, parse_pubtator
+from ..io.files import read_lines
 
 INPUT_FORMATS = ("jsonl", "pubtator", "txt")
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import srsly
 
-from ..corpus import PUBTATOR_TEXT_LINE
 from ..errors import ConceptNormError, Errors
+from ..io.corpus import PUBTATOR_TEXT_LINE
 
 MAX_LINE_BYTES = 1 << 28  # a record line longer than this is not one of ours (256 MiB)
 

@@ -17,8 +17,8 @@ from spacy.language import Language
 from tqdm import tqdm
 
 from ..errors import ConceptNormError, Errors
-from ..pipeline_io import load
-from ..threads import workers_die_with_parent
+from ..io.pipelines import load
+from ..ml.threads import workers_die_with_parent
 from .interrupt import stop_on_sigint
 from .readers import INPUT_FORMATS, READERS, detect_input_format
 from .resume import check_output, read_done_ids

@@ -9,9 +9,9 @@ import srsly
 from bioc import pubtator
 from spacy.tokens import Span
 
-from .. import component  # noqa: F401  (registers the span extensions read below)
-from ..corpus import pubtator_block
 from ..errors import ConceptNormError, Errors
+from ..io.corpus import pubtator_block
+from ..pipeline import concept_normalizer as component  # noqa: F401  (registers the span extensions read below)
 
 OUTPUT_FORMATS = ("jsonl", "pubtator")
 

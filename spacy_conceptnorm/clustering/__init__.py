@@ -18,10 +18,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..util import atomic_open
-from .evaluate import PairCounts, count_brute_force, count_clusters, count_pairs
+from ..io.files import atomic_open
 from .graph import NeighbourGraph, check_threshold, check_top_m, encode_terms, neighbour_graph
 from .inputs import TermSet, kb_terms, read_input, read_nil_mentions, read_terms
+from .pair_scores import PairCounts, count_brute_force, count_clusters, count_pairs
 from .sweep import DEFAULT_THRESHOLDS, best, plot_sweep, sweep, write_sweep
 
 __all__ = [
@@ -37,8 +37,8 @@ DEFAULT_THRESHOLD = 0.88  # the best θ for connected components with the packag
 def load_encoder(model: str | None = None):
     """The name encoder for `model`: a saved BNE encoder (`train-bne`), a transformers directory or id, or None
     for the packaged all-MiniLM-L6-v2."""
-    from ..bne.encoder import FORMAT_TAG, BNEEncoder
-    from ..encoder import NameEncoder
+    from ..ml.bne.encoder import FORMAT_TAG, BNEEncoder
+    from ..ml.name_encoder import NameEncoder
 
     config = Path(model) / "config.json" if model else None
     if config is not None and config.is_file() and f'"{FORMAT_TAG}"' in config.read_text(errors="replace")[:200]:

@@ -23,7 +23,7 @@ from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
 from ..errors import ConceptNormError, Errors
-from ..index import VectorIndex
+from ..search.index import VectorIndex
 
 EXACT_MAX_TERMS = 200_000  # 200k^2 dot products: minutes on 2 cores; more goes to IVF
 EXACT_MAX_BYTES = 4 * 2**30  # vectors larger than this go to IVF whatever n is

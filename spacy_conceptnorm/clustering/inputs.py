@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import ConceptNormError, Errors
-from ..kb import ONTOLOGY, load_kb
-from ..scoring import NIL
+from ..io.files import read_lines
+from ..kb.knowledge_base import ONTOLOGY, load_kb
+from ..linking.scoring import NIL
 from ..text.normalize import TextNormalizer
-from ..util import read_lines
 
 INPUT_FORMATS = ("auto", "terms", "kb", "annotate")
 AMBIGUOUS = ("drop", "first")

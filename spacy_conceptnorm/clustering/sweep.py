@@ -11,9 +11,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..util import atomic_open, write_json
-from .evaluate import PairCounts, count_clusters, gold_codes, pairs_within
+from ..io.files import atomic_open, write_json
 from .graph import NeighbourGraph, check_threshold, connected_clusters
+from .pair_scores import PairCounts, count_clusters, gold_codes, pairs_within
 
 DEFAULT_THRESHOLDS = tuple(round(0.3 + 0.02 * i, 2) for i in range(36))  # 0.30, 0.32, ..., 1.00
 

@@ -24,13 +24,13 @@ from pathlib import Path
 from spacy.language import Language
 from spacy.tokens import Doc
 
-from ..corpus import gold_linking_off, mention_spans, strip_links
 from ..errors import ConceptNormError, Errors
-from ..kb import DOMAIN, SOURCE_BITS
-from ..pipeline_io import load, save
-from ..ranking.confidence import Confidence, expected_calibration_error, reliability
-from ..scoring import concept_pairs, gold_ids
-from .gold import get_normalizer, link_gold_mentions, mention_accuracy, read_gold_docs
+from ..io.corpus import mention_spans
+from ..io.pipelines import load, save
+from ..kb.knowledge_base import DOMAIN, SOURCE_BITS
+from ..linking.confidence import Confidence, expected_calibration_error, reliability
+from ..linking.scoring import concept_pairs
+from .gold import get_normalizer, gold_mentions, link_gold_mentions, mention_accuracy, read_gold_docs
 from .nil import NIL_STRATEGIES, held_out_concepts, holding_out, nil_figures
 from .recognition import tune_link_filter
 
@@ -96,24 +96,23 @@ def dev_mentions_hidden(nlp: Language, dev_docs: list[Doc], train_docs: list[Doc
 
 
 def link_evidence(nlp: Language, docs: list[Doc], concepts: set[str] | None = None) -> tuple[list[dict], list[bool]]:
-    """The evidence of each single-concept gold mention's link (the pipeline without `ner`) and whether the
-    link is right: what the confidence model is fitted on. `concepts`: keep only the mentions of these."""
-    name, normalizer = get_normalizer(nlp)
-    kb = normalizer.kb
-    text_pipes = [n for n in nlp.pipe_names if n != name and n not in gold_linking_off(nlp)]
-    with nlp.select_pipes(enable=text_pipes):
-        processed = list(nlp.pipe(strip_links(docs)))
+    """The evidence of each single-concept gold mention's link and whether the link is right: what the confidence
+    model is fitted on. The gold mentions go through the text components (`gold_mentions`), then are linked in one
+    batch; a mention the concept_normalizer does not link (not one of its `labels`) or links as a composite is
+    left out. `concepts`: keep only the mentions of these."""
+    _, normalizer = get_normalizer(nlp)
+    aligned = gold_mentions(nlp, docs, link=False, single=True)
+    predictions = normalizer.predict([doc for doc, _ in aligned])
     evidence, correct = [], []
-    for gold_doc, doc, doc_pred in zip(docs, processed, normalizer.predict(processed)):
-        gold = {(e.start_char, e.end_char): e.kb_id_ for e in gold_doc.ents}
-        for ent, parts in zip(normalizer._entities(doc), doc_pred):
-            ids = gold_ids(gold.get((ent.start_char, ent.end_char)) or "")
-            if len(parts) == 1 and len(ids) == 1 and (cid := kb.resolve(ids[0])) is not None:
-                if concepts is not None and cid not in concepts:
-                    continue
-                match = parts[0][1]
-                evidence.append(match.evidence)
-                correct.append(bool(match.candidates) and match.candidates[0][0] == cid)
+    for (doc, mentions), doc_pred in zip(aligned, predictions):
+        linked = dict(zip(normalizer.entities_to_link(doc), doc_pred))
+        for m in mentions:
+            parts = linked.get(m.ent)
+            if parts is None or len(parts) != 1 or (concepts is not None and m.concept not in concepts):
+                continue
+            match = parts[0][1]
+            evidence.append(match.evidence)
+            correct.append(bool(match.candidates) and match.candidates[0][0] == m.concept)
     return evidence, correct
 
 

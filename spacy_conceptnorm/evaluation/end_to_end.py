@@ -13,8 +13,8 @@ from spacy.language import Language
 from spacy.scorer import PRFScore
 from spacy.tokens import Doc, Span
 
-from ..kb import KnowledgeBase
-from ..scoring import NIL, is_correct
+from ..kb.knowledge_base import KnowledgeBase
+from ..linking.scoring import NIL, is_correct
 from .boundaries import boundary_errors
 
 

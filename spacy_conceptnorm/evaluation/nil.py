@@ -37,11 +37,11 @@ from dataclasses import dataclass
 from spacy.language import Language
 from spacy.tokens import Doc
 
-from ..corpus import mention_spans
 from ..errors import ConceptNormError, Errors
-from ..kb import KnowledgeBase
-from ..scoring import gold_ids, is_correct
-from ..search import SieveSearcher
+from ..io.corpus import mention_spans
+from ..kb.knowledge_base import KnowledgeBase
+from ..linking.scoring import gold_ids, is_correct
+from ..search.sieve import SieveSearcher
 from .gold import get_normalizer, link_gold_mentions
 
 NIL_STRATEGIES = ("in_kb_budget", "first_fp", "last_tp", "weighted")

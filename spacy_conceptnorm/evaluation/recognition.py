@@ -18,7 +18,7 @@ from collections.abc import Callable
 from spacy.language import Language
 from spacy.tokens import Doc, Span
 
-from ..text.link_filter import LinkFilter, dictionary_offsets
+from ..pipeline.link_filter import LinkFilter, dictionary_offsets
 from .end_to_end import score_docs
 from .gold import get_normalizer
 

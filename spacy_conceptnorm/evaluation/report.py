@@ -9,7 +9,7 @@ from pathlib import Path
 
 from wasabi import MarkdownRenderer
 
-from ..util import atomic_open, write_json
+from ..io.files import atomic_open, write_json
 from .boundaries import CATEGORIES as BOUNDARY_CATEGORIES
 
 PNG = "evaluation.png"

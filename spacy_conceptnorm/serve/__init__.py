@@ -12,7 +12,7 @@ is rebuilt from it at start; the synonyms in force are rewritten atomically to O
 `apply_synonyms(nlp, path)` after `spacy.load`), and with `--save-model DIR` the page's "Save pipeline" writes the
 whole pipeline, synonyms included, to DIR (swapped in whole) for `spacy.load(DIR)`.
 
-Modules: `store` (files), `curation` (the session), `nil` (NIL grouping), `app` (HTTP and security; the only
+Modules: `store` (files), `curation` (the session), `nil_groups` (NIL grouping), `app` (HTTP and security; the only
 one that needs the `serve` extra: fastapi, uvicorn).
 """
 
@@ -23,9 +23,9 @@ from pathlib import Path
 from spacy.language import Language
 
 from ..errors import ConceptNormError, Errors
-from ..pipeline_io import load
+from ..io.pipelines import load
 from .curation import Curation, CurationError, Filters
-from .nil import NIL_METHODS
+from .nil_groups import NIL_METHODS
 from .store import Annotations, Mention, ReviewLog, apply_synonyms, read_annotations, read_synonyms, write_synonyms
 
 __all__ = [
@@ -57,7 +57,7 @@ def load_curation(
     synonyms (Optional[Union[str, Path]]): The synonyms file; default OUT.synonyms.jsonl.
     documents (Optional[Union[str, Path]]): The annotate input, for the texts when OUT has none.
     save_dir (Optional[Union[str, Path]]): Where "Save pipeline" writes the pipeline; None: not offered.
-    nil_method (str): NIL grouping: "coder" (CODER++ term clustering) or "text" (see `serve.nil`).
+    nil_method (str): NIL grouping: "coder" (CODER++ term clustering) or "text" (see `serve.nil_groups`).
     RETURNS (Curation): The session.
     """
     if nil_method not in NIL_METHODS:

@@ -20,11 +20,12 @@ from spacy.language import Language
 
 from ..errors import Warnings
 from ..evaluation.gold import get_normalizer
-from ..kb import DOMAIN, SOURCE_BITS
-from ..pipeline_io import save
-from ..scoring import NIL
-from ..search import Match
-from .nil import CachedEncoder, group_nil
+from ..io.pipelines import save
+from ..kb.knowledge_base import DOMAIN, SOURCE_BITS
+from ..linking.scoring import NIL
+from ..pipeline.concept_normalizer import mention_context
+from ..search.sieve import Match
+from .nil_groups import CachedEncoder, group_nil
 from .store import Annotations, Mention, ReviewLog, write_synonyms
 
 DECISIONS = ("accept", "choose", "nil")
@@ -198,8 +199,7 @@ class Curation:
     def _bracketed(self, i: int) -> str:
         """The mention in its context as the linker's pair scorers read it: "left [mention] right"."""
         m = self.mentions[i]
-        text = self.annotations.texts[m.doc]
-        return f"{text[max(0, m.start - 200) : m.start]}[{m.text}]{text[m.end : m.end + 200]}"
+        return mention_context(m.text, self.annotations.texts[m.doc], m.start, m.end)
 
     def _relink(self, key: str) -> list[int]:
         """Re-link the mentions of one normalized text after its synonyms changed (back to the annotate output's

@@ -21,7 +21,7 @@ from spacy.language import Language
 
 from ..annotate import READERS, detect_input_format
 from ..errors import ConceptNormError, Errors, Warnings
-from ..util import atomic_open, read_lines
+from ..io.files import atomic_open, read_lines
 
 
 @dataclass

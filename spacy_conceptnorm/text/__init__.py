@@ -1,1 +1,1 @@
-"""Text preparation: name normalization, abbreviation resolution, composite-mention splitting."""
+"""Pure string algorithms (no spaCy types): name normalization, abbreviation detection, composite-mention splitting."""

@@ -10,8 +10,6 @@ import re
 import unicodedata
 from dataclasses import asdict, dataclass
 
-from spacy.util import registry
-
 from ..errors import ConceptNormError, Errors
 
 _PUNCT = re.compile(r"[^\w\s]|_")
@@ -51,6 +49,3 @@ class TextNormalizer:
 
     def to_dict(self) -> dict:
         return asdict(self)
-
-
-registry.misc("spacy_conceptnorm.TextNormalizer.v1")(TextNormalizer)

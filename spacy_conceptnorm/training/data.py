@@ -17,11 +17,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..corpus import mention_spans, read_docs
 from ..errors import ConceptNormError, Errors
-from ..kb import SOURCE_BITS, KnowledgeBase
-from ..kb_formats import read_ctd_tsv
-from ..scoring import NIL, concept_pairs
+from ..io.corpus import mention_spans, read_docs
+from ..kb.formats import read_ctd_tsv
+from ..kb.knowledge_base import SOURCE_BITS, KnowledgeBase
+from ..linking.scoring import NIL, concept_pairs
 
 ONTOLOGY_BIT = SOURCE_BITS["ontology"]
 

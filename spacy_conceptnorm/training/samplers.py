@@ -33,7 +33,7 @@ import torch
 from spacy.util import registry
 
 from ..errors import ConceptNormError, Errors
-from ..index import VectorIndex
+from ..search.index import VectorIndex
 from .data import TrainingData, children_of, load_hierarchy
 
 STRATEGIES = ("random", "random+parents", "resampling", "resampling+siblings", "dynamic")

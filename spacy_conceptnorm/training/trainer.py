@@ -9,13 +9,21 @@ target and renamed into place, so an interrupted run leaves the previous complet
 is a transformers model that `NameEncoder(path)` loads, with `training.cfg`, `encoder.json` and `metrics.json`
 beside the weights.
 
+Budget: `max_epochs` and `max_steps`, the same steps on every machine (`patience` may end a run sooner, by its dev
+scores); the learning-rate schedule runs over `schedule_steps`, or over the budget when that is 0. `max_minutes` is
+only a safety stop: when it fires, the run ends with a `SafetyStopWarning` (see `budget`).
+
+The run is a few steps over a `TrainingState` (what a checkpoint saves) and a `TrainingRun` (what it trains with):
+`_set_up`, then `_restore` (a checkpoint) or `_evaluate_start` (the starting model as epoch 0), then `_run_epoch`
+until a stop (`_train_epoch`, `_evaluate_epoch`, `_save_epoch`), then `_finish`.
+
 Speed on CPU: each batch is sorted by token length and encoded in micro-batches padded only to their own
 longest name; bf16 autocast where `NameEncoder.autocast_dtype()` allows; `threads` sets torch's threads (0:
 torch's, or one when spinning threads meet a busy machine, see `threads.training_threads`; a resumed run keeps
 its count).
 
 Dev protocol (`[training.dev]`): the dev mentions are searched with `strategy` (default D-T+OD-T, domain
-names from `domain`) as `benchmarks.ncbi` does. With `candidates = 0` every evaluation encodes the whole KB.
+names from `domain`) as in docs/benchmarks.md. With `candidates = 0` every evaluation encodes the whole KB.
 With `candidates = N` the whole KB is encoded once, with the starting model (its score is epoch 0's), to pick
 each mention's N best concepts under the strategy's last stage; later evaluations encode only the names of
 those concepts and of the domain names' concepts (a re-ranking of fixed candidates: much cheaper, an
@@ -29,6 +37,8 @@ import random
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -39,17 +49,18 @@ from confection import Config, ConfigValidationError
 from spacy.util import load_config, registry
 from tqdm import tqdm
 
-from ..encoder import NameEncoder
 from ..errors import ConceptNormError, Errors
-from ..kb import DOMAIN, ONTOLOGY, Concept, KnowledgeBase
-from ..scoring import accuracy_at
-from ..search import SieveSearcher
-from ..threads import training_threads
-from ..util import recover_dir, write_dir_atomically, write_json
+from ..io.files import recover_dir, write_dir_atomically, write_json
+from ..kb.knowledge_base import DOMAIN, ONTOLOGY, Concept, KnowledgeBase
+from ..linking.scoring import accuracy_at
+from ..ml.name_encoder import NameEncoder
+from ..ml.threads import training_threads
+from ..search.sieve import SieveSearcher
 from . import losses as _losses  # noqa: F401  (registers the losses)
-from .data import build_training_data, gold_mentions, mention_pairs
+from .budget import warn_safety_stop
+from .data import TrainingData, build_training_data, gold_mentions, mention_pairs
+from .encoder_settings import DevSettings, TrainingSettings, read_settings
 from .samplers import Batch, TripletSampler
-from .settings import DevSettings, TrainingSettings, read_settings
 
 CHECKPOINT, STATE_FILE = "checkpoint", "trainer_state.pt"
 REQUIRED_SECTIONS = ("encoder", "kb", "training", "training.loss", "training.sampler")
@@ -191,6 +202,44 @@ def batch_loss(encoder, loss_fn, batch: Batch, texts: list[str], lengths: np.nda
     return loss_fn(embeddings, batch.same_concept(embeddings.device))
 
 
+# --- the state of a run -------------------------------------------------------------------------------------------
+@dataclass
+class TrainingState:
+    """Where a run stands after its last epoch: what a checkpoint saves beside the weights, the optimizer and the
+    random states, and what `resume` continues from.
+
+    epoch (int): The last finished epoch (0: none yet; the starting model is epoch 0).
+    step (int): Optimizer steps taken, over all epochs and resumed runs.
+    history (List[dict]): One record per evaluated epoch (steps, loss, batches, seconds, dev scores), epoch 0 first.
+    best (Optional[float]): The best dev Acc@1 so far (None before any evaluation, or without dev mentions).
+    best_epoch (Optional[int]): The epoch that is `OUTPUT/model-best`.
+    bad_epochs (int): Epochs in a row without a better dev Acc@1, for `patience`.
+    elapsed (float): Seconds since the run began, set-up and evaluations included, over resumed runs too.
+    candidates (Optional[List[str]]): The dev evaluator's fixed candidate concepts (`DevEvaluator.candidates`).
+    """
+
+    epoch: int = 0
+    step: int = 0
+    history: list[dict[str, Any]] = field(default_factory=list)
+    best: float | None = None
+    best_epoch: int | None = None
+    bad_epochs: int = 0
+    elapsed: float = 0.0
+    candidates: list[str] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The state as a checkpoint holds it: one key per field, the format every version has written."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_dict(cls, saved: dict[str, Any]) -> TrainingState:
+        """The state a checkpoint saved (its other keys, the optimizer's and the random states, are left alone).
+
+        saved (dict): What `load_checkpoint_state` read. Raises KeyError when a field is missing.
+        """
+        return cls(**{f.name: saved[f.name] for f in fields(cls)})
+
+
 # --- checkpoints --------------------------------------------------------------------------------------------------
 def _rng_state() -> dict:
     """The random states, in types that `torch.load(weights_only=True)` reads (numpy's key array as a list)."""
@@ -211,16 +260,21 @@ def _set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def save_checkpoint(path: Path, encoder: NameEncoder, optimizer, scheduler, state: dict) -> None:
+def save_checkpoint(path: Path, encoder: NameEncoder, optimizer, scheduler, state: TrainingState) -> None:
+    """The weights and `STATE_FILE`: the state's fields, the optimizer's and the schedule's states, the random states
+    and the thread count, in one flat dict (the format `load_checkpoint_state` reads, whatever the version)."""
+
     def write(tmp: Path) -> None:
         encoder.save(tmp)
         optim = {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()}
-        torch.save({**state, **optim, "rng": _rng_state(), "threads": torch.get_num_threads()}, tmp / STATE_FILE)
+        saved = {**state.to_dict(), **optim, "rng": _rng_state(), "threads": torch.get_num_threads()}
+        torch.save(saved, tmp / STATE_FILE)
 
     write_dir_atomically(path, write)
 
 
 def load_checkpoint_state(path: Path) -> dict:
+    """The dict `save_checkpoint` wrote in `path`; ConceptNormError when there is none or it cannot be read."""
     recover_dir(path)  # killed while the next checkpoint was moved in: the one before
     if not (path / STATE_FILE).exists():
         raise ConceptNormError(Errors.E705.format(path=path.parent))
@@ -233,6 +287,62 @@ def load_checkpoint_state(path: Path) -> dict:
 # --- the runner ---------------------------------------------------------------------------------------------------
 def _log(message: str) -> None:
     tqdm.write(message)
+
+
+def schedule_length(settings: TrainingSettings, per_epoch: int) -> int:
+    """The steps over which the learning-rate schedule runs: `schedule_steps` where given, else the run's own budget.
+
+    settings (TrainingSettings): The run's settings. per_epoch (int): About how many batches an epoch gives.
+    """
+    return settings.schedule_steps or planned_steps(settings, per_epoch)
+
+
+def planned_steps(settings: TrainingSettings, per_epoch: int) -> int:
+    """The steps the budget allows: the lesser of `max_steps` (0: no limit) and `max_epochs` epochs of about
+    `per_epoch` batches. The same on every machine; only patience or the safety stop end a run sooner."""
+    return min(settings.max_steps or 10**12, settings.max_epochs * per_epoch)
+
+
+@dataclass
+class TrainingRun:
+    """What a run trains with, built once by `_set_up`; the functions below take it with the `TrainingState`.
+
+    config (Config): The interpolated training config. output (Path): The output directory.
+    settings (TrainingSettings): The plain keys of [training]. encoder (NameEncoder): The encoder being trained.
+    base_model (str): The model the run started from (recorded in encoder.json).
+    loss_fn (Callable): loss(embeddings, same_concept). sampler (TripletSampler): Set up on `data`.
+    data (TrainingData): The training texts. evaluator (Optional[DevEvaluator]): None without dev mentions.
+    optimizer (Optimizer): AdamW over the model. scheduler (LRScheduler): The transformers schedule.
+    scaler (GradScaler): fp16 loss scaling, enabled only for fp16 autocast on CUDA.
+    lengths (np.ndarray): Each training text's token count, to sort a batch by length.
+    per_epoch (int): About how many batches an epoch gives. started (float): `time.perf_counter()` at `train()`.
+    clock_start (float): Where the safety stop's minutes count from: `started` less the time of earlier runs.
+    """
+
+    config: Config
+    output: Path
+    settings: TrainingSettings
+    encoder: NameEncoder
+    base_model: str
+    loss_fn: Callable
+    sampler: TripletSampler
+    data: TrainingData
+    evaluator: DevEvaluator | None
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    scaler: torch.amp.GradScaler
+    lengths: np.ndarray
+    per_epoch: int
+    started: float
+    clock_start: float = 0.0
+
+    @property
+    def checkpoint(self) -> Path:
+        return self.output / CHECKPOINT
+
+    @property
+    def planned_steps(self) -> int:
+        return planned_steps(self.settings, self.per_epoch)
 
 
 def train(
@@ -262,31 +372,52 @@ def train(
 
 
 def _train(config: Config, output: Path, settings: TrainingSettings, saved: dict | None, started: float) -> dict:
-    raw = config["training"]
-    dev_settings = read_settings(DevSettings, dict(raw.get("dev") or {}), "training.dev")
-    random.seed(settings.seed)
-    np.random.seed(settings.seed)
-    torch.manual_seed(settings.seed)
+    """Set up, restore or evaluate the starting model, train epoch after epoch until a stop, and finish."""
+    run = _set_up(config, output, settings, saved is not None, started)
+    state = _restore(run, saved) if saved is not None else _evaluate_start(run)
+    _write_start(run, state, resumed=saved is not None)
+    run.clock_start = started - state.elapsed  # the safety stop counts set-up and evaluations too
+    stop = "max_steps reached" if settings.max_steps and state.step >= settings.max_steps else None
+    while stop is None and state.epoch < settings.max_epochs:
+        stop = _run_epoch(run, state)
+    return _finish(run, state, stop or "max_epochs reached")
 
-    checkpoint = output / CHECKPOINT
-    encoder: NameEncoder = _resolve(config["encoder"], "encoder")
-    base_model = encoder.reference
-    if saved is not None:
-        encoder.reference = str(checkpoint)  # loaded lazily: the checkpoint's weights, the config's settings
-    kb: KnowledgeBase = _resolve(config["kb"], "kb")
+
+# --- set-up -------------------------------------------------------------------------------------------------------
+def _seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def _loss_and_sampler(raw: dict) -> tuple[Callable, TripletSampler]:
+    """The configured loss and sampler, checked to be what the runner calls them as."""
     loss_fn = _resolve(raw["loss"], "training.loss")
-    sampler: TripletSampler = _resolve(raw["sampler"], "training.sampler")
+    sampler = _resolve(raw["sampler"], "training.sampler")
     if not callable(loss_fn):
+        found = type(loss_fn).__name__
         raise ConceptNormError(
-            Errors.E711.format(
-                what="[training.loss]", expected="a loss(embeddings, same) callable", found=type(loss_fn).__name__
-            )
+            Errors.E711.format(what="[training.loss]", expected="a loss(embeddings, same) callable", found=found)
         )
     if not isinstance(sampler, TripletSampler):
         raise ConceptNormError(
             Errors.E711.format(what="[training.sampler]", expected="a TripletSampler", found=type(sampler).__name__)
         )
+    return loss_fn, sampler
 
+
+def _set_up(config: Config, output: Path, settings: TrainingSettings, resumed: bool, started: float) -> TrainingRun:
+    """Seed, build the encoder, the KB, the loss, the sampler, the training texts, the dev evaluator, the optimizer
+    and its schedule, in this order (the random draws of a run depend on it)."""
+    raw = config["training"]
+    dev_settings = read_settings(DevSettings, dict(raw.get("dev") or {}), "training.dev")
+    _seed_everything(settings.seed)
+    encoder: NameEncoder = _resolve(config["encoder"], "encoder")
+    base_model = encoder.reference
+    if resumed:
+        encoder.reference = str(output / CHECKPOINT)  # loaded lazily: the checkpoint's weights, the config's settings
+    kb: KnowledgeBase = _resolve(config["kb"], "kb")
+    loss_fn, sampler = _loss_and_sampler(raw)
     data = build_training_data(kb, settings.train_on, settings.domain, settings.domain_ratio, settings.seed)
     sampler.setup(data)
     if settings.batch_size < sampler.group_size():
@@ -297,119 +428,199 @@ def _train(config: Config, output: Path, settings: TrainingSettings, saved: dict
     _log(f"Training data: {data.summary()}; sampler {sampler.strategy}; device {encoder.device}, "
          f"{torch.get_num_threads()} threads, autocast {encoder.autocast_dtype()}")  # fmt: skip
 
+    per_epoch = sampler.estimate_batches(settings.batch_size)
+    optimizer, scheduler = _optimizer_and_schedule(encoder, settings, per_epoch)
+    lengths = token_lengths(encoder, data.texts)
+    dtype = encoder.autocast_dtype()
+    scaler = torch.amp.GradScaler("cuda", enabled=dtype == torch.float16 and encoder.device.startswith("cuda"))
+    run = TrainingRun(config, output, settings, encoder, base_model, loss_fn, sampler, data, evaluator, optimizer,
+                      scheduler, scaler, lengths, per_epoch, started)  # fmt: skip
+    _log_budget(run)
+    return run
+
+
+def _optimizer_and_schedule(encoder: NameEncoder, settings: TrainingSettings, per_epoch: int) -> tuple[Any, Any]:
+    """AdamW over the encoder's model (loaded here, and put in training mode), and its transformers schedule over
+    `schedule_length` steps."""
+    from transformers import get_scheduler
+
     model = encoder.model
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=settings.learning_rate, weight_decay=settings.weight_decay)
-    per_epoch = sampler.estimate_batches(settings.batch_size)
-    total_steps = min(settings.max_steps or 10**12, settings.max_epochs * per_epoch)
-    from transformers import get_scheduler
+    total_steps = schedule_length(settings, per_epoch)
+    return optimizer, get_scheduler(settings.scheduler, optimizer, settings.warmup_steps, total_steps)
 
-    scheduler = get_scheduler(settings.scheduler, optimizer, settings.warmup_steps, total_steps)
-    lengths = token_lengths(encoder, data.texts)
-    state = {"epoch": 0, "step": 0, "history": [], "best": None, "best_epoch": None, "bad_epochs": 0,
-             "elapsed": 0.0, "candidates": None}  # fmt: skip
-    if saved is not None:
-        try:
-            optimizer.load_state_dict(saved["optimizer"])
-            scheduler.load_state_dict(saved["scheduler"])
-            _set_rng_state(saved["rng"])
-            state.update({k: saved[k] for k in state})
-        except (KeyError, ValueError) as e:
-            raise ConceptNormError(Errors.E710.format(path=checkpoint, detail=f"{type(e).__name__}: {e}")) from None
-        if evaluator is not None:
-            evaluator.candidates = state["candidates"]
-        _log(f"Resuming after epoch {state['epoch']} (step {state['step']}).")
-    elif evaluator is not None:
+
+def _log_budget(run: TrainingRun) -> None:
+    """One line with the steps the run will take, its schedule's length and its safety stop."""
+    s = run.settings
+    safety = f"safety stop after {s.max_minutes:g} min" if s.max_minutes else "no safety stop"
+    epochs = f"{s.max_epochs} epoch{'s' if s.max_epochs > 1 else ''} of about {run.per_epoch} batches"
+    _log(f"Budget: {epochs}, max_steps {s.max_steps or 'none'}: about {run.planned_steps} steps; learning-rate "
+         f"schedule over {schedule_length(s, run.per_epoch)} steps; {safety}")  # fmt: skip
+
+
+# --- the starting point: a checkpoint, or the starting model's dev scores ---------------------------------------------
+def _restore(run: TrainingRun, saved: dict) -> TrainingState:
+    """The state of the checkpoint `saved`, with the optimizer's, the schedule's and the random states it saved."""
+    try:
+        run.optimizer.load_state_dict(saved["optimizer"])
+        run.scheduler.load_state_dict(saved["scheduler"])
+        _set_rng_state(saved["rng"])
+        state = TrainingState.from_dict(saved)
+    except (KeyError, ValueError) as e:
+        raise ConceptNormError(Errors.E710.format(path=run.checkpoint, detail=f"{type(e).__name__}: {e}")) from None
+    if run.evaluator is not None:
+        run.evaluator.candidates = state.candidates
+    _log(f"Resuming after epoch {state.epoch} (step {state.step}).")
+    return state
+
+
+def _evaluate_start(run: TrainingRun) -> TrainingState:
+    """A new run's state: with dev mentions, the starting model's scores as epoch 0, the one to beat (an epoch that
+    scores lower on dev never becomes model-best)."""
+    state = TrainingState()
+    if run.evaluator is None:
+        return state
+    t = time.perf_counter()
+    scores = run.evaluator(run.encoder)
+    state.candidates = run.evaluator.candidates
+    state.history.append({"epoch": 0, "step": 0, **scores, "eval_seconds": round(time.perf_counter() - t, 1)})
+    state.best, state.best_epoch = scores["dev_acc1"], 0
+    whole = f"; whole KB {100 * scores['dev_acc1_full_kb']:.2f}" if "dev_acc1_full_kb" in scores else ""
+    _log(f"Epoch 0 (starting model): dev Acc@1 {100 * scores['dev_acc1']:.2f}{whole} ({run.evaluator.protocol})")
+    return state
+
+
+def _write_start(run: TrainingRun, state: TrainingState, resumed: bool) -> None:
+    """OUTPUT/training.cfg, and for a new run whose starting model was evaluated, that model as model-best."""
+    run.output.mkdir(parents=True, exist_ok=True)
+    (run.output / "training.cfg").write_text(run.config.to_str())
+    if not resumed and state.best_epoch == 0:
+        metrics = _metrics(state, run.evaluator, run.settings, None)
+        save_model(run.encoder, run.output / "model-best", run.config, metrics, run.base_model)
+
+
+# --- one epoch ----------------------------------------------------------------------------------------------------
+def _run_epoch(run: TrainingRun, state: TrainingState) -> str | None:
+    """Train, evaluate and save the next epoch; why the run stops after it, or None to go on."""
+    epoch = state.epoch + 1
+    t_epoch = time.perf_counter()
+    losses, stop = _train_epoch(run, state, epoch)
+    train_seconds = time.perf_counter() - t_epoch
+    record = {"epoch": epoch, "step": state.step, "loss": float(np.mean(losses)) if losses else None,
+              "batches": len(losses), "train_seconds": round(train_seconds, 1)}  # fmt: skip
+    improved = _evaluate_epoch(run, state, record)
+    state.epoch = epoch
+    state.history.append(record)
+    state.elapsed = time.perf_counter() - run.clock_start
+    _save_epoch(run, state, record, improved, stop)
+    score = record.get("dev_acc1")
+    dev = f", dev Acc@1 {100 * score:.2f}{' (best)' if improved else ''}" if run.evaluator is not None else ""
+    _log(f"Epoch {epoch}: {len(losses)} batches, loss {record['loss'] or 0:.4f}, {train_seconds / 60:.1f} min{dev}")
+    patience = run.settings.patience
+    if patience and state.bad_epochs >= patience:
+        stop = f"no dev improvement in {patience} epochs"
+    return stop
+
+
+def _train_epoch(run: TrainingRun, state: TrainingState, epoch: int) -> tuple[list[float], str | None]:
+    """One pass over the sampler's batches of `epoch`, an optimizer step each; its losses, and why it stopped early
+    (max_steps, or the safety stop) or None."""
+    s = run.settings
+    losses: list[float] = []
+    stop = None
+    bar = tqdm(
+        run.sampler.batches(epoch, s.seed, s.batch_size, run.encoder), total=run.per_epoch,
+        desc=f"epoch {epoch}", unit="batch", mininterval=1 if sys.stderr.isatty() else 30,
+    )  # fmt: skip
+    run.encoder.model.train()
+    for batch in bar:
+        loss = batch_loss(run.encoder, run.loss_fn, batch, run.data.texts, run.lengths, s.micro_batch)
+        if loss.requires_grad:
+            _optimizer_step(run, loss)
+        state.step += 1
+        losses.append(loss.item())
+        bar.set_postfix(loss=f"{np.mean(losses[-50:]):.4f}", step=state.step, refresh=False)
+        stop = _stop_after_step(run, state)
+        if stop:
+            break
+    bar.close()
+    return losses, stop
+
+
+def _optimizer_step(run: TrainingRun, loss: torch.Tensor) -> None:
+    """Backpropagate `loss` (scaled for fp16), clip the gradients' norm, step the optimizer and the schedule."""
+    run.optimizer.zero_grad(set_to_none=True)
+    run.scaler.scale(loss).backward()
+    if run.settings.grad_clip > 0:
+        run.scaler.unscale_(run.optimizer)
+        torch.nn.utils.clip_grad_norm_(run.encoder.model.parameters(), run.settings.grad_clip)
+    run.scaler.step(run.optimizer)
+    run.scaler.update()
+    run.scheduler.step()
+
+
+def _stop_after_step(run: TrainingRun, state: TrainingState) -> str | None:
+    """Why the run stops after this step: its `max_steps`, or (with a SafetyStopWarning) its `max_minutes`."""
+    s = run.settings
+    if s.max_steps and state.step >= s.max_steps:
+        return f"max_steps {s.max_steps} reached"
+    if s.max_minutes and time.perf_counter() - run.clock_start > s.max_minutes * 60:
+        warn_safety_stop("Training", "[training] max_minutes", s.max_minutes, state.step, run.planned_steps)
+        return f"max_minutes {s.max_minutes:g} reached (safety stop)"
+    return None
+
+
+def _evaluate_epoch(run: TrainingRun, state: TrainingState, record: dict[str, Any]) -> bool:
+    """The epoch's dev scores into `record`; whether they beat every earlier epoch's (then it is the best, and
+    `bad_epochs` starts again). Without dev mentions every epoch is the best."""
+    if run.evaluator is not None:
         t = time.perf_counter()
-        scores = evaluator(encoder)
-        state["candidates"] = evaluator.candidates
-        state["history"].append({"epoch": 0, "step": 0, **scores, "eval_seconds": round(time.perf_counter() - t, 1)})
-        # the starting model is the one to beat: an epoch that scores lower on dev never becomes model-best
-        state["best"], state["best_epoch"] = scores["dev_acc1"], 0
-        whole = f"; whole KB {100 * scores['dev_acc1_full_kb']:.2f}" if "dev_acc1_full_kb" in scores else ""
-        _log(f"Epoch 0 (starting model): dev Acc@1 {100 * scores['dev_acc1']:.2f}{whole} ({evaluator.protocol})")
-    output.mkdir(parents=True, exist_ok=True)
-    (output / "training.cfg").write_text(config.to_str())
-    if saved is None and state["best_epoch"] == 0:
-        save_model(encoder, output / "model-best", config, _metrics(state, evaluator, settings, None), base_model)
+        record.update(run.evaluator(run.encoder))
+        record["eval_seconds"] = round(time.perf_counter() - t, 1)
+    score = record.get("dev_acc1")
+    improved = run.evaluator is None or state.best is None or score > state.best + 1e-9
+    if improved:
+        state.best, state.best_epoch, state.bad_epochs = score, record["epoch"], 0
+    else:
+        state.bad_epochs += 1
+    return improved
 
-    dtype = encoder.autocast_dtype()
-    scaler = torch.amp.GradScaler("cuda", enabled=dtype == torch.float16 and encoder.device.startswith("cuda"))
-    time_limit = settings.max_minutes * 60 if settings.max_minutes else float("inf")
-    run_start = started - state["elapsed"]  # max_minutes counts set-up and evaluations too
-    stop_reason = "max_steps reached" if settings.max_steps and state["step"] >= settings.max_steps else None
-    while stop_reason is None and state["epoch"] < settings.max_epochs:
-        epoch = state["epoch"] + 1
-        t_epoch = time.perf_counter()
-        losses = []
-        bar = tqdm(
-            sampler.batches(epoch, settings.seed, settings.batch_size, encoder), total=per_epoch,
-            desc=f"epoch {epoch}", unit="batch", mininterval=1 if sys.stderr.isatty() else 30,
-        )  # fmt: skip
-        model.train()
-        for batch in bar:
-            loss = batch_loss(encoder, loss_fn, batch, data.texts, lengths, settings.micro_batch)
-            if loss.requires_grad:
-                optimizer.zero_grad(set_to_none=True)
-                scaler.scale(loss).backward()
-                if settings.grad_clip > 0:
-                    scaler.unscale_(optimizer)
-                    torch.nn.utils.clip_grad_norm_(model.parameters(), settings.grad_clip)
-                scaler.step(optimizer)
-                scaler.update()
-                scheduler.step()
-            state["step"] += 1
-            losses.append(loss.item())
-            bar.set_postfix(loss=f"{np.mean(losses[-50:]):.4f}", step=state["step"], refresh=False)
-            if settings.max_steps and state["step"] >= settings.max_steps:
-                stop_reason = f"max_steps {settings.max_steps} reached"
-            elif time.perf_counter() - run_start > time_limit:
-                stop_reason = f"max_minutes {settings.max_minutes} reached"
-            if stop_reason:
-                break
-        bar.close()
-        train_seconds = time.perf_counter() - t_epoch
-        record = {"epoch": epoch, "step": state["step"], "loss": float(np.mean(losses)) if losses else None,
-                  "batches": len(losses), "train_seconds": round(train_seconds, 1)}  # fmt: skip
-        if evaluator is not None:
-            t = time.perf_counter()
-            record.update(evaluator(encoder))
-            record["eval_seconds"] = round(time.perf_counter() - t, 1)
-        score = record.get("dev_acc1")
-        improved = evaluator is None or state["best"] is None or score > state["best"] + 1e-9
-        if improved:
-            state["best"], state["best_epoch"], state["bad_epochs"] = score, epoch, 0
-        else:
-            state["bad_epochs"] += 1
-        state["epoch"] = epoch
-        state["history"].append(record)
-        state["elapsed"] = time.perf_counter() - run_start
-        metrics = _metrics(state, evaluator, settings, stop_reason)
-        save_model(encoder, output / "model-last", config, {**metrics, "this_epoch": record}, base_model)
-        if improved:
-            save_model(encoder, output / "model-best", config, {**metrics, "this_epoch": record}, base_model)
-        save_checkpoint(checkpoint, encoder, optimizer, scheduler, state)
-        write_json(output / "metrics.json", metrics)
-        dev = f", dev Acc@1 {100 * score:.2f}{' (best)' if improved else ''}" if evaluator is not None else ""
-        _log(f"Epoch {epoch}: {len(losses)} batches, loss {record['loss'] or 0:.4f}, {train_seconds / 60:.1f} min{dev}")
-        if settings.patience and state["bad_epochs"] >= settings.patience:
-            stop_reason = f"no dev improvement in {settings.patience} epochs"
-    metrics = _metrics(state, evaluator, settings, stop_reason or "max_epochs reached")
-    metrics["wall_seconds_this_run"] = round(time.perf_counter() - started, 1)
-    write_json(output / "metrics.json", metrics)
-    _log(f"Done ({metrics['stopped']}): best epoch {state['best_epoch']}, {output / 'model-best'}")
+
+def _save_epoch(run: TrainingRun, state: TrainingState, record: dict, improved: bool, stop: str | None) -> None:
+    """model-last, model-best when the epoch improved, the checkpoint, and metrics.json (each replaced whole)."""
+    metrics = _metrics(state, run.evaluator, run.settings, stop)
+    epoch_metrics = {**metrics, "this_epoch": record}
+    save_model(run.encoder, run.output / "model-last", run.config, epoch_metrics, run.base_model)
+    if improved:
+        save_model(run.encoder, run.output / "model-best", run.config, epoch_metrics, run.base_model)
+    save_checkpoint(run.checkpoint, run.encoder, run.optimizer, run.scheduler, state)
+    write_json(run.output / "metrics.json", metrics)
+
+
+# --- finishing ----------------------------------------------------------------------------------------------------
+def _finish(run: TrainingRun, state: TrainingState, stopped: str) -> dict:
+    """The final metrics, with this run's wall time, written to OUTPUT/metrics.json and returned."""
+    metrics = _metrics(state, run.evaluator, run.settings, stopped)
+    metrics["wall_seconds_this_run"] = round(time.perf_counter() - run.started, 1)
+    write_json(run.output / "metrics.json", metrics)
+    _log(f"Done ({stopped}): best epoch {state.best_epoch}, {run.output / 'model-best'}")
     return metrics
 
 
-def _metrics(state: dict, evaluator: DevEvaluator | None, settings: TrainingSettings, stopped: str | None) -> dict:
+def _metrics(
+    state: TrainingState, evaluator: DevEvaluator | None, settings: TrainingSettings, stopped: str | None
+) -> dict:
+    """metrics.json: the best epoch, steps, time, why the run stopped, the settings and every epoch's record."""
     return {
-        "best_epoch": state["best_epoch"],
-        "best_dev_acc1": state["best"],
-        "epochs": state["epoch"],
-        "steps": state["step"],
-        "elapsed_seconds": round(state["elapsed"], 1),
+        "best_epoch": state.best_epoch,
+        "best_dev_acc1": state.best,
+        "epochs": state.epoch,
+        "steps": state.step,
+        "elapsed_seconds": round(state.elapsed, 1),
         "stopped": stopped,
         "dev_protocol": evaluator.protocol if evaluator is not None else None,
         "settings": settings.model_dump(),
-        "history": state["history"],
+        "history": state.history,
     }

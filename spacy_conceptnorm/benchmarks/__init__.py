@@ -1,1 +1,0 @@
-"""Benchmarks run as modules: `python -m spacy_conceptnorm.benchmarks.ncbi`."""

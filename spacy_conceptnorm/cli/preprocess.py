@@ -1,0 +1,40 @@
+"""`preprocess`: a PubTator corpus to a .spacy DocBin of gold entities."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from ._util import app
+
+
+@app.command("preprocess")
+def preprocess(
+    sources: list[Path] = typer.Argument(
+        ..., help="PubTator file(s) (NCBI-disease, BC5CDR); several are concatenated", exists=True, dir_okay=False
+    ),
+    output: Path = typer.Argument(..., help="Where to write the DocBin (.spacy)"),
+    label: str = typer.Option("Disease", help="Entity label of every mention ('' keeps the mention type)"),
+    lang: str = typer.Option("en", help="Language whose tokenizer splits the text"),
+) -> None:
+    """Convert a PubTator corpus to a .spacy DocBin: gold entities with the concept ids as kb_id_, the PMID in
+    user_data. The file is written atomically."""
+    import spacy
+    from spacy.tokens import DocBin
+
+    from ..errors import ConceptNormError, Errors
+    from ..io.corpus import pubtator_to_docs
+    from ..io.files import atomic_open
+
+    nlp, doc_bin, n_ents = spacy.blank(lang), DocBin(store_user_data=True), 0
+    for source in sources:
+        n_docs = len(doc_bin)
+        for doc in pubtator_to_docs(nlp, source, label=label or None):
+            doc_bin.add(doc)
+            n_ents += len(doc.ents)
+        if len(doc_bin) == n_docs:
+            raise ConceptNormError(Errors.E603.format(path=source))
+    with atomic_open(output) as f:
+        f.write(doc_bin.to_bytes())
+    typer.echo(f"{len(doc_bin)} documents, {n_ents} entities -> {output}")

@@ -1,0 +1,172 @@
+"""Evaluate the assertion status on annotated clinical text: the `evaluate-assertion` command.
+
+The input is a JSONL file, one annotated span a line: `{"text": ..., "start": ..., "end": ..., "status": ...}`,
+`status` one of negated, family, hypothetical, uncertain, historical or affirmed (`context.STATUSES`), and an
+optional gold concept id, `concept_id` (or `id`). Lines with the same text are one document.
+
+Two things are measured, apart:
+
+- the status, on the annotated spans themselves: each document is tokenized, its annotated spans made its
+  entities, and the pipeline's `clinical_context` run over it, so a span the recognizer missed still counts; per
+  status precision, recall and F1, the accuracy over all spans and the confusion of gold and predicted status;
+- recognition and linking: the pipeline up to `clinical_context` runs on each text; a span is recognized if an
+  entity overlaps it (`exact`: the entity that overlaps it most has the same offsets), linked if that entity has a
+  concept id, and linked right if an entity that overlaps it is linked to the span's concept id (counted over the
+  spans that give one).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+from spacy.language import Language
+from spacy.tokens import Span
+
+from ..errors import ConceptNormError, Errors
+from ..io.files import read_lines
+from ..pipeline.clinical_context import STATUSES
+
+NIL = "NIL"
+
+
+@dataclass(frozen=True)
+class AnnotatedSpan:
+    """One line of the input: a span of `text` and its gold status (and concept id, if given)."""
+
+    line: int
+    text: str
+    start: int
+    end: int
+    status: str
+    concept_id: str | None = None
+
+
+def read_annotated_spans(path: str | Path) -> list[AnnotatedSpan]:
+    """Read the JSONL input (see the module docstring); a bad line raises ConceptNormError naming it (E622).
+
+    path (Union[str, Path]): The JSONL file.
+    RETURNS (List[AnnotatedSpan]): The spans, in file order.
+    """
+    spans = []
+    for line, raw in read_lines(path):
+        if not raw.strip():
+            continue
+        try:
+            record = json.loads(raw)
+            text, start, end, status = record["text"], record["start"], record["end"], record["status"]
+            if not isinstance(text, str) or not all(type(x) is int for x in (start, end)):
+                raise TypeError("text must be a string, start and end integers")
+            if not 0 <= start < end <= len(text):
+                raise ValueError(f"start {start} and end {end} are not a span of the {len(text)}-character text")
+            if status not in STATUSES:
+                raise ValueError(f"status {status!r} is not one of {', '.join(STATUSES)}")
+            concept_id = record.get("concept_id", record.get("id"))
+            if "concept_id" in record and "id" in record and record["id"] != concept_id:
+                raise ValueError(f"concept_id {concept_id!r} and id {record['id']!r} differ")
+        except (ValueError, KeyError, TypeError) as e:
+            detail = f"{type(e).__name__}: {e}"
+            raise ConceptNormError(Errors.E622.format(path=path, line=line, detail=detail)) from None
+        spans.append(AnnotatedSpan(line, text, start, end, status, str(concept_id) if concept_id else None))
+    if not spans:
+        raise ConceptNormError(Errors.E623.format(path=path))
+    return spans
+
+
+def clinical_context_name(nlp: Language) -> str:
+    """The name of the pipeline's `clinical_context`; one with the default settings is added last if it has none."""
+    names = [name for name in nlp.pipe_names if nlp.get_pipe_meta(name).factory == "clinical_context"]
+    return names[0] if names else nlp.add_pipe("clinical_context").name
+
+
+def _rounds(spans: list[Span]) -> list[list[Span]]:
+    """The spans in as few groups as needed for no two spans of a group to overlap (doc.ents cannot overlap)."""
+    rounds: list[list[Span]] = []
+    for span in sorted(spans, key=lambda s: (s.start, -s.end)):
+        free = next((r for r in rounds if all(span.end <= s.start or s.end <= span.start for s in r)), None)
+        if free is None:
+            rounds.append(free := [])
+        free.append(span)
+    return rounds
+
+
+def predict_statuses(nlp: Language, context: str, text: str, spans: list[AnnotatedSpan]) -> list[str]:
+    """The status `clinical_context` gives each annotated span of one text, the spans made the doc's entities."""
+    predicted = {}
+    doc = nlp.make_doc(text)
+    token_spans = {doc.char_span(s.start, s.end, alignment_mode="expand"): s for s in spans}
+    for group in _rounds(list(token_spans)):
+        round_doc = nlp.make_doc(text)
+        round_doc.ents = [Span(round_doc, s.start, s.end, label="ENTITY") for s in group]
+        nlp.get_pipe(context)(round_doc)
+        for span, ent in zip(group, round_doc.ents, strict=True):
+            predicted[token_spans[span]] = ent._.assertion
+    return [predicted[s] for s in spans]
+
+
+def _prf(tp: int, fp: int, fn: int) -> dict:
+    p = tp / (tp + fp) if tp + fp else 0.0
+    r = tp / (tp + fn) if tp + fn else 0.0
+    return {"precision": p, "recall": r, "f1": 2 * p * r / (p + r) if p + r else 0.0}
+
+
+def evaluate_assertions(nlp: Language, spans: list[AnnotatedSpan], batch_size: int = 32) -> dict:
+    """Score the status on the annotated spans, and count how many the pipeline recognized and linked.
+
+    nlp (Language): The pipeline; its `clinical_context` (one with the default settings is added if it has none)
+        sets the status.
+    spans (List[AnnotatedSpan]): The annotated spans (`read_annotated_spans`).
+    batch_size (int): Texts per `nlp.pipe` batch.
+    RETURNS (dict): `spans`, `accuracy`, `statuses` (per status: support, predicted, precision, recall, f1),
+        `confusion` (gold status -> predicted status -> count) and `recognition` (recognized, exact, linked,
+        with_concept_id, recognized_with_concept_id, linked_right).
+    """
+    context = clinical_context_name(nlp)
+    by_text: dict[str, list[AnnotatedSpan]] = defaultdict(list)
+    for span in spans:
+        by_text[span.text].append(span)
+    texts = list(by_text)
+
+    pairs = [
+        (s.status, p)
+        for text in texts
+        for s, p in zip(by_text[text], predict_statuses(nlp, context, text, by_text[text]))
+    ]
+    confusion: dict[str, Counter] = defaultdict(Counter)
+    for gold, predicted in pairs:
+        confusion[gold][predicted] += 1
+    statuses = {}
+    for status in STATUSES:
+        tp = confusion[status][status]
+        support = sum(confusion[status].values())
+        predicted = sum(row[status] for row in confusion.values())
+        statuses[status] = {"support": support, "predicted": predicted, **_prf(tp, predicted - tp, support - tp)}
+
+    counts = Counter()
+    with nlp.select_pipes(disable=[context]):
+        for text, doc in zip(texts, nlp.pipe(texts, batch_size=batch_size), strict=True):
+            for s in by_text[text]:
+                overlap = [(min(e.end_char, s.end) - max(e.start_char, s.start), e) for e in doc.ents]
+                overlap = [(n, e) for n, e in overlap if n > 0]
+                if not overlap:
+                    continue
+                ent = max(overlap, key=lambda x: x[0])[1]
+                counts["recognized"] += 1
+                counts["recognized_with_concept_id"] += s.concept_id is not None
+                counts["exact"] += (ent.start_char, ent.end_char) == (s.start, s.end)
+                counts["linked"] += ent.kb_id_ not in ("", NIL)
+                counts["linked_right"] += s.concept_id is not None and any(e.kb_id_ == s.concept_id for _, e in overlap)
+    recognition = {k: counts[k] for k in ("recognized", "exact", "linked")}
+    recognition["with_concept_id"] = sum(s.concept_id is not None for s in spans)
+    recognition["recognized_with_concept_id"] = counts["recognized_with_concept_id"]
+    recognition["linked_right"] = counts["linked_right"]
+    return {
+        "spans": len(spans),
+        "texts": len(texts),
+        "accuracy": sum(g == p for g, p in pairs) / len(pairs),
+        "statuses": statuses,
+        "confusion": {g: dict(row) for g, row in confusion.items()},
+        "recognition": recognition,
+    }

@@ -1,0 +1,1 @@
+"""Reading and writing: corpora (PubTator, BioC, JSONL), saved pipelines and their checksums, atomic files."""

@@ -1,0 +1,81 @@
+"""The settings for clinical notes: what `assemble --clinical` and `evaluate-assertion --clinical-recall` turn on.
+
+A pipeline trained and calibrated on PubMed abstracts misses conditions that clinical notes name plainly. The
+`clinical_abbreviations` component (undefined clinical abbreviations: "CHF", "SOB") changes nothing on abstracts
+and is in the pipeline of configs/pipeline.cfg; these settings add it where a pipeline lacks it. Three settings
+of the other components recover more; each changes what the pipeline finds on abstracts, so none is on by default
+(docs/clinical.md gives their effect on clinical notes and on NCBI-disease):
+
+- `dictionary_matcher` `merge = "names"`: a recognizer entity that holds KB names and is not one itself gives way
+  to them ("complaints of SHORTNESS OF BREATH" -> "SHORTNESS OF BREATH");
+- `concept_normalizer` `long_form = "long"`: an abbreviation is linked by its long form alone ("DM2" -> type 2
+  diabetes mellitus, not the myotonic dystrophy that "DM2" also names);
+- `link_filter` `keep_exact_names = true`: a KB name found in the text and linked to its concept is kept at the
+  recognizer's threshold, not the dictionary's, which was calibrated on abstracts.
+"""
+
+from __future__ import annotations
+
+from spacy.language import Language
+
+from . import clinical_abbreviations  # noqa: F401  (registers the factory that add_clinical_abbreviations adds)
+
+# factory -> setting -> value
+CLINICAL_SETTINGS: dict[str, dict[str, object]] = {
+    "dictionary_matcher": {"merge": "names"},
+    "concept_normalizer": {"long_form": "long"},
+    "link_filter": {"keep_exact_names": True},
+}
+
+
+def clinical_overrides(components: dict) -> dict[str, object]:
+    """The config overrides ("components.NAME.SETTING": value) that turn the settings on in a pipeline config.
+
+    components (dict): The config's [components] section.
+    RETURNS (Dict[str, object]): The overrides, for the components made by the factories of `CLINICAL_SETTINGS`.
+    """
+    return {
+        f"components.{name}.{key}": value
+        for name, block in components.items()
+        for key, value in CLINICAL_SETTINGS.get(block.get("factory"), {}).items()
+    }
+
+
+def add_clinical_abbreviations(nlp: Language) -> str | None:
+    """Add a `clinical_abbreviations` component where the pipeline has none: after its `abbreviation_resolver`,
+    else before its `concept_normalizer`, else last.
+
+    nlp (Language): The pipeline.
+    RETURNS (Optional[str]): The name of the component added; None if it had one.
+    """
+    factories = {name: nlp.get_pipe_meta(name).factory for name in nlp.pipe_names}
+    if "clinical_abbreviations" in factories.values():
+        return None
+    after = [name for name, factory in factories.items() if factory == "abbreviation_resolver"]
+    before = [name for name, factory in factories.items() if factory == "concept_normalizer"]
+    if after:
+        return nlp.add_pipe("clinical_abbreviations", after=after[0]).name
+    return nlp.add_pipe("clinical_abbreviations", before=before[0] if before else None).name
+
+
+def use_clinical_settings(nlp: Language) -> list[str]:
+    """Turn the settings on in a loaded pipeline (in its components and in `nlp.config`), and add
+    `clinical_abbreviations` where it has none. A pipeline saved after this call keeps them.
+
+    nlp (Language): The pipeline.
+    RETURNS (List[str]): The names of the components changed or added.
+    """
+    added = add_clinical_abbreviations(nlp)
+    changed = [added] if added else []
+    for name in nlp.pipe_names:
+        settings = CLINICAL_SETTINGS.get(nlp.get_pipe_meta(name).factory, {})
+        component = nlp.get_pipe(name)
+        for key, value in settings.items():
+            if isinstance(getattr(component, "cfg", None), dict) and key in component.cfg:
+                component.cfg[key] = value
+            else:
+                setattr(component, key, value)
+            nlp.get_pipe_config(name)[key] = value  # the object `nlp.config` is built from
+        if settings:
+            changed.append(name)
+    return changed
