@@ -237,6 +237,30 @@ def test_bad_assertion_records_name_the_line(tmp_path):
         read_annotated_spans(path)
 
 
+def test_a_whole_document_line_reads_as_its_spans(tmp_path):
+    text = "No fever. Mother had breast cancer."
+    one_a_line = [
+        {"text": text, "start": 3, "end": 8, "status": "negated"},
+        {"text": text, "start": 21, "end": 34, "status": "family", "id": "D001943"},
+    ]
+    whole = {"note": "n1", "text": text, "spans": [{k: v for k, v in s.items() if k != "text"} for s in one_a_line]}
+    (tmp_path / "spans.jsonl").write_text("".join(json.dumps(s) + "\n" for s in one_a_line), encoding="utf-8")
+    (tmp_path / "whole.jsonl").write_text(json.dumps(whole) + "\n", encoding="utf-8")
+    by_span = read_annotated_spans(tmp_path / "spans.jsonl")
+    by_document = read_annotated_spans(tmp_path / "whole.jsonl")
+    assert [(s.text[s.start : s.end], s.status, s.concept_id) for s in by_document] == [
+        ("fever", "negated", None),
+        ("breast cancer", "family", "D001943"),
+    ]
+    assert [(s.start, s.end, s.status, s.concept_id) for s in by_document] == [
+        (s.start, s.end, s.status, s.concept_id) for s in by_span
+    ]
+    whole["spans"][1]["status"] = "maternal"
+    (tmp_path / "whole.jsonl").write_text(json.dumps(whole) + "\n", encoding="utf-8")
+    with pytest.raises(ConceptNormError, match=r"E622.*whole.jsonl:1: .*'maternal'"):
+        read_annotated_spans(tmp_path / "whole.jsonl")
+
+
 def test_annotate_writes_the_status(tmp_path, nlp):
     pipeline = tmp_path / "pipeline"
     nlp.to_disk(pipeline)

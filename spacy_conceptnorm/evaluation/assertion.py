@@ -2,7 +2,9 @@
 
 The input is a JSONL file, one annotated span a line: `{"text": ..., "start": ..., "end": ..., "status": ...}`,
 `status` one of negated, family, hypothetical, uncertain, historical or affirmed (`context.STATUSES`), and an
-optional gold concept id, `concept_id` (or `id`). Lines with the same text are one document.
+optional gold concept id, `concept_id` (or `id`). Lines with the same text are one document. A line may also hold
+a whole document and its spans, `{"text": ..., "spans": [{"start": ..., "end": ..., "status": ...}, ...]}`, so that
+a long note is written once rather than once for each of its spans.
 
 Two things are measured, apart:
 
@@ -56,23 +58,35 @@ def read_annotated_spans(path: str | Path) -> list[AnnotatedSpan]:
             continue
         try:
             record = json.loads(raw)
-            text, start, end, status = record["text"], record["start"], record["end"], record["status"]
-            if not isinstance(text, str) or not all(type(x) is int for x in (start, end)):
-                raise TypeError("text must be a string, start and end integers")
-            if not 0 <= start < end <= len(text):
-                raise ValueError(f"start {start} and end {end} are not a span of the {len(text)}-character text")
-            if status not in STATUSES:
-                raise ValueError(f"status {status!r} is not one of {', '.join(STATUSES)}")
-            concept_id = record.get("concept_id", record.get("id"))
-            if "concept_id" in record and "id" in record and record["id"] != concept_id:
-                raise ValueError(f"concept_id {concept_id!r} and id {record['id']!r} differ")
+            text = record["text"]
+            if not isinstance(text, str):
+                raise TypeError("text must be a string")
+            parts = record["spans"] if "spans" in record else [record]
+            if not isinstance(parts, list):
+                raise TypeError("spans must be a list")
+            spans.extend(annotated_span(line, text, part) for part in parts)
         except (ValueError, KeyError, TypeError) as e:
             detail = f"{type(e).__name__}: {e}"
             raise ConceptNormError(Errors.E622.format(path=path, line=line, detail=detail)) from None
-        spans.append(AnnotatedSpan(line, text, start, end, status, str(concept_id) if concept_id else None))
     if not spans:
         raise ConceptNormError(Errors.E623.format(path=path))
     return spans
+
+
+def annotated_span(line: int, text: str, record: dict) -> AnnotatedSpan:
+    """One span of `text` from its record (`start`, `end`, `status`, optional `concept_id` or `id`); a bad value
+    raises ValueError, KeyError or TypeError, which the reader turns into E622 naming the line."""
+    start, end, status = record["start"], record["end"], record["status"]
+    if not all(type(x) is int for x in (start, end)):
+        raise TypeError("start and end must be integers")
+    if not 0 <= start < end <= len(text):
+        raise ValueError(f"start {start} and end {end} are not a span of the {len(text)}-character text")
+    if status not in STATUSES:
+        raise ValueError(f"status {status!r} is not one of {', '.join(STATUSES)}")
+    concept_id = record.get("concept_id", record.get("id"))
+    if "concept_id" in record and "id" in record and record["id"] != concept_id:
+        raise ValueError(f"concept_id {concept_id!r} and id {record['id']!r} differ")
+    return AnnotatedSpan(line, text, start, end, status, str(concept_id) if concept_id else None)
 
 
 def clinical_context_name(nlp: Language) -> str:
