@@ -113,6 +113,7 @@ class Errors(metaclass=ErrorsWithCodes):
         "or senter before it, or let it split them."
     )
     E622 = "{path}:{line}: not an assertion record ({detail})."
+    E624 = "{component}: unknown sentence splitter {value!r}; choose one of {choices}."
     E623 = "{path} holds no assertion record: nothing to evaluate."
     # annotate command (E801 is a warning, or an error with --strict; E806 is a warning)
     E801 = "{path}:{line}: {problem}"

@@ -325,3 +325,41 @@ def test_linking_gold_mentions_turns_off_the_recognizers_and_clinical_context():
     nlp.add_pipe("composite_splitter")
     nlp.add_pipe("clinical_context")
     assert gold_linking_off(nlp) == ["entity_ruler", "clinical_context"]
+
+
+def test_rules_split_sentences_as_pyrush_does(nlp):
+    """The default splitter (`sentences = "rules"`, text.sentences) finds PyRuSH's boundaries on a note, and the
+    statuses are the same; PyRuSH stays behind the setting."""
+    assert nlp.get_pipe_config("clinical_context")["sentences"] == "rules"
+    pyrush = ruler_pipeline()
+    pyrush.replace_pipe("clinical_context", "clinical_context", config={"sentences": "pyrush"})
+    assert type(pyrush.get_pipe("clinical_context").sentencizer).__name__ == "PyRuSHSentencizer"
+    for text in (NOTE, *(record["text"] for record in srsly.read_jsonl(ASSERTIONS))):
+        ours, theirs = nlp(text), pyrush(text)
+        assert [s.text.strip() for s in ours.sents if s.text.strip()] == [
+            s.text.strip() for s in theirs.sents if s.text.strip()
+        ], text
+        assert statuses(ours) == statuses(theirs)
+
+
+def test_rules_sentences_where_pyrush_misses_one(nlp):
+    doc = nlp("Mild dehydration, approx 3%. Kawasaki disease unlikely at day 3 with no other criteria.")
+    assert [s.text for s in doc.sents][0] == "Mild dehydration, approx 3%."
+    doc = nlp("Seen by Dr. Smith, e.g. Fever. HTN\n2. DM\n- Gout noted")
+    assert [s.text.strip() for s in doc.sents] == ["Seen by Dr. Smith, e.g. Fever.", "HTN", "2. DM", "- Gout noted"]
+
+
+def test_sentences_setting_is_checked_and_defaults_in_saved_pipelines(tmp_path):
+    with pytest.raises(ConceptNormError, match=r"E624.*pysbd.*rules, pyrush"):
+        ClinicalContext(spacy.blank("en"), sentences="pysbd")
+    with pytest.raises(Exception, match="sentences"):
+        spacy.blank("en").add_pipe("clinical_context", config={"sentences": "pysbd"})
+    nlp = spacy.blank("en")
+    nlp.add_pipe("clinical_context")
+    nlp.to_disk(tmp_path / "p")
+    config = (tmp_path / "p" / "config.cfg").read_text()
+    (tmp_path / "p" / "config.cfg").write_text(config.replace('sentences = "rules"\n', ""))
+    assert "\nsentences =" not in (tmp_path / "p" / "config.cfg").read_text()  # a config saved before the key
+    loaded = spacy.load(tmp_path / "p")
+    assert loaded.get_pipe_config("clinical_context")["sentences"] == "rules"
+    assert [s.text for s in loaded("No fever. Has cough.").sents] == ["No fever.", "Has cough."]

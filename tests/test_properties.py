@@ -231,3 +231,55 @@ def test_the_linker_keeps_spans_and_kb_ents_shape(nlp, case):
         long_form = ent._.long_form
         assert long_form is None or isinstance(long_form, str)
         assert ent._.composite_parts is None or all(isinstance(p, str) for p in ent._.composite_parts)
+
+
+# --- the sentence splitter (text.sentences) ---
+
+from spacy_conceptnorm.text.sentences import ABBREVIATIONS, DOSING, sentence_starts  # noqa: E402
+
+LOWER_WORD = st.text("abcdefghijklmnopqrstuvwxyz", min_size=3, max_size=12).filter(lambda w: w not in ABBREVIATIONS)
+CAPITAL_WORD = st.builds(str.__add__, st.sampled_from("ABCDEFGHIJKLMNOPQRSTUVWXYZ"), st.text("abcxyz", max_size=8))
+PIECES = [*"abcXYZ019 .,:;!?-*()\"'\n\t", "Dr.", "e.g.", "\n\n", "\n1. ", "\u00a0"]
+SENTENCE_TEXT = st.lists(st.sampled_from(PIECES), max_size=30).map("".join) | st.text(max_size=60)
+
+
+@given(SENTENCE_TEXT)
+def test_sentence_starts_are_sorted_and_within_the_text(text):
+    starts = sentence_starts(text)
+    assert starts[0] == 0
+    assert starts == sorted(set(starts))
+    for start in starts[1:]:
+        assert 0 < start < len(text)
+        assert not text[start].isspace() and text[start - 1].isspace()  # a word after white space
+
+
+@given(SENTENCE_TEXT, LOWER_WORD, CAPITAL_WORD, SENTENCE_TEXT)
+def test_a_full_stop_after_a_word_before_a_capital_starts_a_sentence(before, word, capital, after):
+    text = f"{before} {word}. {capital}{after}"
+    assert len(text) - len(capital + after) in sentence_starts(text)
+
+
+@given(SENTENCE_TEXT, st.sampled_from(sorted(ABBREVIATIONS) + ["J", "Q"]), CAPITAL_WORD, SENTENCE_TEXT)
+def test_an_abbreviation_or_an_initial_starts_no_sentence(before, abbreviation, capital, after):
+    text = f"{before} {abbreviation}. {capital}{after}"
+    assert len(text) - len(capital + after) not in sentence_starts(text)
+
+
+@given(SENTENCE_TEXT, st.sampled_from(["- ", "* ", "\u2022 ", "\n", "\nFH: ", "\nGEN: "]), SENTENCE_TEXT)
+def test_a_bullet_a_blank_line_or_a_label_starts_a_sentence(before, marker, after):
+    text = f"{before}\n{marker}x{after}"
+    first = len(before) + 1 + len(marker) - len(marker.lstrip("\n"))
+    assert first in sentence_starts(text)
+
+
+@given(SENTENCE_TEXT, LOWER_WORD, LOWER_WORD, SENTENCE_TEXT)
+def test_a_line_broken_between_lower_case_words_goes_on(before, word, next_word, after):
+    text = f"{before} {word}\n{next_word}{after}"
+    assert len(before) + len(word) + 2 not in sentence_starts(text)
+
+
+@given(SENTENCE_TEXT, st.sampled_from(sorted(DOSING)), CAPITAL_WORD, LOWER_WORD)
+def test_a_dosing_frequency_ends_a_sentence_only_before_a_capital(before, dosing, capital, word):
+    for case in (dosing, dosing.upper()):
+        assert len(f"{before} 5 mg {case}. ") in sentence_starts(f"{before} 5 mg {case}. {capital} daily")
+        assert len(f"{before} 5 mg {case}. ") not in sentence_starts(f"{before} 5 mg {case}. {word} meals")

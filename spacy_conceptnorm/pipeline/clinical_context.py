@@ -4,9 +4,10 @@ A clinical note names many conditions the patient does not have: "denies chest p
 breast cancer", "return if fever develops". `clinical_context` runs medspaCy's own components over the linked
 entities, in this order:
 
-1. PyRuSH (`medspacy_pyrush`) splits the sentences with rules written for clinical layout (headings, numbered
-   lists, lines without a full stop), so that a cue's scope ends where its sentence does (`split_report_sentences`
-   adds the boundaries it misses in reports);
+1. the sentences are split with rules written for clinical layout (headings, numbered lists, lines without a
+   full stop), so that a cue's scope ends where its sentence does: by default the compiled regular expressions of
+   `text.sentences`, which find PyRuSH's boundaries (`sentences = "pyrush"`: medspaCy's PyRuSH itself) at a
+   fiftieth of its cost; `split_report_sentences` adds the boundaries PyRuSH misses in reports;
 2. the sectionizer (`medspacy_sectionizer`, with a few common headings its rules lack: `EXTRA_SECTIONS`) finds
    the section headings ("FAMILY HISTORY:") and sets `ent._.section_category` on each entity; an entity under a
    family-history heading is `is_family`, under a past-medical-history heading `is_historical`;
@@ -24,12 +25,16 @@ from __future__ import annotations
 import warnings
 from bisect import bisect_left
 from collections.abc import Callable
+from typing import Literal
 
+import numpy
 import srsly
+from spacy.attrs import IDX, SENT_START
 from spacy.language import Language
 from spacy.tokens import Doc, Span, Token
 
 from ..errors import ConceptNormError, Errors
+from ..text.sentences import sentence_starts
 
 # One status per entity, the first flag set in this order: "no family history of X" is negated, "mother had X"
 # family even though past, "return if X" hypothetical rather than uncertain.
@@ -41,6 +46,8 @@ FLAGS = (
     ("historical", "is_historical"),
 )
 AFFIRMED = "affirmed"
+# How `split_sentences` splits them: the compiled rules of `text.sentences` or medspaCy's PyRuSH (see ClinicalContext)
+SENTENCES = ("rules", "pyrush")
 STATUSES = (*(status for status, _ in FLAGS), AFFIRMED)
 # Common headings that medspaCy's default section rules lack (they list "ASSESSMENT/PLAN:" but not "PLAN:"):
 # without them the section before runs on, and a plan under a family history would be read as family.
@@ -290,6 +297,25 @@ def is_list_marker(token: Token, after: Token) -> bool:
     return token.text in ("-", "*", "\u2022") or (token.is_digit and len(token) <= 2 and after.text in (".", ")"))
 
 
+def set_sentence_starts(doc: Doc, starts: list[int]) -> None:
+    """Set the sentence boundaries of `doc` (every token's `is_sent_start`) from the character offsets where its
+    sentences start: a sentence starts at the first token at or after each offset, and nowhere else."""
+    if not len(doc):
+        return
+    idx = doc.to_array(IDX)
+    first = numpy.searchsorted(idx, numpy.asarray(starts, dtype=idx.dtype))
+    values = numpy.full(len(doc), -1, dtype="int64")
+    values[first[first < len(doc)]] = 1
+    values[0] = 1
+    doc.from_array([SENT_START], values.view("uint64").reshape(-1, 1))
+
+
+def split_rules_sentences(doc: Doc) -> Doc:
+    """Split the sentences of `doc` with `text.sentences.sentence_starts`, which finds PyRuSH's boundaries."""
+    set_sentence_starts(doc, sentence_starts(doc.text))
+    return doc
+
+
 def split_report_sentences(doc: Doc) -> None:
     """Start a sentence where PyRuSH misses one in a report's layout:
 
@@ -348,21 +374,25 @@ class ClinicalContext:
     """Set medspaCy's assertion attributes and `ent._.assertion` on every entity (see the module docstring)."""
 
     def __init__(self, nlp: Language, name: str = "clinical_context", *, split_sentences: bool = True,
-                 sections: bool = True) -> None:  # fmt: skip
+                 sections: bool = True, sentences: str = "rules") -> None:  # fmt: skip
         """Initialize the component.
 
         nlp (Language): The pipeline.
         name (str): The component's name.
-        split_sentences (bool): Split the sentences with PyRuSH (False: keep those a parser or senter earlier in
-            the pipeline set; ConText needs sentence boundaries either way).
+        split_sentences (bool): Split the sentences (False: keep those a parser or senter earlier in the pipeline
+            set; ConText needs sentence boundaries either way).
         sections (bool): Detect the sections and apply their attributes (`ent._.section_category`).
+        sentences (str): How to split them: "rules" (default), the compiled rules of `text.sentences`, or "pyrush",
+            medspaCy's PyRuSH, which finds the same boundaries but for a few missed ones, some 50 times slower.
         """
+        if sentences not in SENTENCES:
+            raise ConceptNormError(Errors.E624.format(component=name, value=sentences, choices=", ".join(SENTENCES)))
         try:
             from loguru import logger
             from medspacy.context import ConText
             from medspacy.section_detection import Sectionizer
             from medspacy.section_detection.sectionizer import DEFAULT_ATTRS
-            from PyRuSH import PyRuSHSentencizer
+            from PyRuSH import PyRuSHSentencizer  # needed either way: medspaCy's own __init__ imports it
         except ImportError as e:
             raise ConceptNormError(Errors.E620.format(component=name, error=e, install=INSTALL)) from None
         strict_medspacy_decoders()
@@ -373,7 +403,10 @@ class ClinicalContext:
         self.name = name
         self.split_sentences = split_sentences
         self.sections = sections
-        self.sentencizer = PyRuSHSentencizer(nlp, name=f"{name}.pyrush") if split_sentences else None
+        self.sentencizer = None
+        if split_sentences:
+            pyrush = sentences == "pyrush"
+            self.sentencizer = PyRuSHSentencizer(nlp, name=f"{name}.pyrush") if pyrush else split_rules_sentences
         self.sectionizer = None
         if sections:
             # a heading starts a sentence (PyRuSH joins "2. GOUT\nFAMILY HISTORY: ..." for want of a full stop);
@@ -409,9 +442,11 @@ class ClinicalContext:
 
 @Language.factory(
     "clinical_context",
-    default_config={"split_sentences": True, "sections": True},
+    default_config={"split_sentences": True, "sections": True, "sentences": "rules"},
     assigns=["token.is_sent_start", "span._.assertion", "span._.is_negated", "span._.section_category"],
 )
-def make_clinical_context(nlp: Language, name: str, split_sentences: bool, sections: bool) -> ClinicalContext:
+def make_clinical_context(
+    nlp: Language, name: str, split_sentences: bool, sections: bool, sentences: Literal["rules", "pyrush"]
+) -> ClinicalContext:
     """Create a `clinical_context` component (the `assertion` extra and medspaCy are needed)."""
-    return ClinicalContext(nlp, name, split_sentences=split_sentences, sections=sections)
+    return ClinicalContext(nlp, name, split_sentences=split_sentences, sections=sections, sentences=sentences)
