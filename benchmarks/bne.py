@@ -21,7 +21,7 @@ Encoded KB names are cached under --cache (MiniLM takes minutes for MEDIC's 72k 
 
 `similarity` (4.4) prints Spearman's rho between cosine and human scores for each CSV/TSV of term pairs and each
 encoder (`--model`: a `train-bne` directory, a transformers directory or id; none: the packaged MiniLM), with
-the pairs used and skipped (see `bne.similarity`). `speed` prints names/s encoding MEDIC names, with the load
+the pairs used and skipped (see `evaluation.similarity`). `speed` prints names/s encoding MEDIC names, with the load
 average (other jobs on the machine slow it down).
 """
 

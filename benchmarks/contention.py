@@ -4,7 +4,7 @@
 
 Each run is a fresh process that encodes `--names` names of the MEDIC test sample with the packaged
 all-MiniLM-L6-v2 (fp32, torch's default threads) or, with `--task train`, takes training steps on batches of 64 of
-them (forward, backward, AdamW, inside `threads.training_threads()` as `train` runs them). It starts five ways:
+them (forward, backward, AdamW, inside `ml.threads.training_threads()` as `train` runs them). It starts five ways:
 "torch first" imports torch before the package, as `import spacy` does (GNU OpenMP's default, spinning waits), with
 the package's rule for that case (one thread while the load average exceeds the CPUs; for training, decided as the
 run starts), without it (the behaviour before), and on one thread throughout; "package first" imports

@@ -14,7 +14,7 @@ twice. When every shard is done, OUTPUT's previous content and the part files, i
 OUTPUT atomically, then OUTPUT.parts is removed. OUTPUT ends with the same records, in the same order, as the local
 engine writes.
 
-The pipeline is loaded by every actor with `pipeline_io.load(model)` (`spacy.load`, every file checked): on a
+The pipeline is loaded by every actor with `io.pipelines.load(model)` (`spacy.load`, every file checked): on a
 cluster MODEL must be a path present on every node (or an installed package), and so must spacy_conceptnorm and
 any code the pipeline's config names. INPUT and
 OUTPUT are only read and written by the driver.

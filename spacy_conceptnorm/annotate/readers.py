@@ -59,7 +59,7 @@ def _is_utf8(text: str) -> bool:
 
 
 def read_pubtator(path: Path, report: Report) -> Iterator[Record]:
-    """PubTator blocks, read by `corpus.parse_pubtator`; a block with a line that does not fit (or is not UTF-8)
+    """PubTator blocks, read by `io.corpus.parse_pubtator`; a block with a line that does not fit (or is not UTF-8)
     is reported once and skipped. Annotation lines are not used: the pipeline makes its own."""
 
     def malformed(lineno: int, problem: str) -> None:

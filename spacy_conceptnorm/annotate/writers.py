@@ -61,7 +61,7 @@ def jsonl_record(doc_id: object, text: str, entities: list[dict], include_text: 
 
 
 def pubtator_record(doc_id: object, text: str, entities: list[dict], include_text: bool) -> str:
-    """A PubTator block (`corpus.pubtator_block`); the text is always written (PubTator readers need it, and
+    """A PubTator block (`io.corpus.pubtator_block`); the text is always written (PubTator readers need it, and
     resume reads the title line). An entity's assertion status, where there is one, is a seventh column."""
     pmid = str(doc_id)
     title, _, abstract = text.partition("\n")

@@ -6,7 +6,7 @@ each, unordered, sorted by score from high to low, so any θ is a prefix of them
 
 Each term's own row is left out of its neighbours, so a term has m *other* neighbours (the paper counts the term
 itself in its top-m; the difference is one neighbour). Search: `exact` (one matrix product per batch of queries,
-see `index.VectorIndex`) while n is at most `EXACT_MAX_TERMS`; beyond that `ivf`, since exact search costs n^2
+see `search.index.VectorIndex`) while n is at most `EXACT_MAX_TERMS`; beyond that `ivf`, since exact search costs n^2
 dot products and its vectors may not fit in memory. IVF has 4 sqrt(n) lists (FAISS's advice: 4 to 16 sqrt(n)),
 k-means trained on a random sample of 40 vectors per list; a query visits `nprobe` lists, so it scans about
 nprobe * sqrt(n) / 4 vectors and misses neighbours that fall in lists it does not visit.
@@ -146,7 +146,7 @@ def neighbour_graph(
     vectors (np.ndarray): Unit vectors, one row per term (inner product = cosine).
     top_m (int): Neighbours per term, itself excluded.
     min_score (float): Pairs under this cosine are dropped at once (the lowest threshold you will ask for).
-    index_type (str): "auto", "exact", "flat", "hnsw" or "ivf" (see `index.VectorIndex`).
+    index_type (str): "auto", "exact", "flat", "hnsw" or "ivf" (see `search.index.VectorIndex`).
     nprobe (int): IVF lists visited per query.
     nlist (int): IVF lists; 0 for 4 sqrt(n).
     RETURNS (NeighbourGraph): The pairs, each unordered pair once with its highest score found.

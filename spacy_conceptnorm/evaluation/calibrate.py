@@ -2,7 +2,7 @@
 
 Four things are set on dev: the sieve `threshold` (Xu & Bethard's "Search:tuned": trained encoders give
 higher cosines than the 0.95 the paper fixed, so the first stage answers wrongly more often), the one of
-`SIEVE_THRESHOLDS` with the best dev Acc@1; the confidence model (`ranking.confidence`: the probability that a
+`SIEVE_THRESHOLDS` with the best dev Acc@1; the confidence model (`linking.confidence`: the probability that a
 link is right, fitted on the dev links and on simulated out-of-KB links); then the NIL threshold on that
 probability (see `nil`); then, for a pipeline with a `link_filter`, its `min_confidence` (see `recognition`).
 While dev is scored, the dev mentions are taken out of the domain names (a pipeline assembled with train+dev
@@ -60,7 +60,7 @@ def storable_threshold(value: float) -> float:
 
 
 def load_pipeline(model: str | Path) -> Language:
-    """Load a pipeline directory (`pipeline_io.load`: every file checked); a missing one raises ConceptNormError
+    """Load a pipeline directory (`io.pipelines.load`: every file checked); a missing one raises ConceptNormError
     naming it."""
     if not Path(model).is_dir():
         raise ConceptNormError(Errors.E904.format(path=model))

@@ -1,4 +1,5 @@
-"""A concept of an ontology: what a file-format reader (`kb_formats`) yields and the knowledge base (`kb`) stores."""
+"""A concept of an ontology: what a file-format reader (`formats`) yields and the knowledge base
+(`knowledge_base`) stores."""
 
 from __future__ import annotations
 

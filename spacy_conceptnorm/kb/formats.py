@@ -3,7 +3,7 @@
 Formats: CTD TSV (MEDIC diseases, chemicals), the MEDIC/BioSyn pipe format (`ID|ALT||name|synonym...`, also
 `ID||name` dictionaries), scispacy-compatible JSONL, OBO and UMLS MRCONSO.RRF. A reader streams its file (`.gz`
 allowed), never holding it whole, and a malformed line raises a ConceptNormError naming the file and line.
-`kb.load_kb` builds a knowledge base from these records.
+`knowledge_base.load_kb` builds a knowledge base from these records.
 """
 
 from __future__ import annotations

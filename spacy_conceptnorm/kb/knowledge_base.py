@@ -5,7 +5,7 @@ parents, a definition and types. Names are stored normalized (see `text.normaliz
 denote, each link tagged by its source: `ontology` (synonyms from the vocabulary, the paper's O) or `domain`
 (mentions from annotated text or user-supplied synonyms, the paper's D). One string may denote several concepts.
 
-`load_kb` builds one from an ontology file (the formats of `kb_formats`) or loads one saved by `to_disk`.
+`load_kb` builds one from an ontology file (the formats of `kb.formats`) or loads one saved by `to_disk`.
 """
 
 from __future__ import annotations

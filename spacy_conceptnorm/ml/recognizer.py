@@ -47,7 +47,7 @@ def transformer_model(
     cpu_precision: str = "auto",
 ) -> Model:
     """spacy-transformers.TransformerModel.v3 whose forward pass runs under bf16 autocast on CPU, and whose weights
-    are saved in float16 and loaded without random initialization (`ner_weights.CompactHFShim`).
+    are saved in float16 and loaded without random initialization (`recognizer_weights.CompactHFShim`).
 
     The first six arguments are TransformerModel.v3's (`mixed_precision`: fp16 autocast on CUDA).
     cpu_precision (str): "auto" (bf16 where the CPU has native bf16 dot products, else fp32), "bf16" or "fp32".
@@ -61,7 +61,7 @@ def transformer_model(
 
     model = TransformerModel(name, get_spans, tokenizer_config, transformer_config, mixed_precision, grad_scaler_config)
     model.attrs["replace_listener_cfg"] = _replace_listener_cfg
-    wrapper = model.layers[0]  # its HFShim, for one that saves and loads lighter (ner_weights)
+    wrapper = model.layers[0]  # its HFShim, for one that saves and loads lighter (recognizer_weights)
     wrapper.shims[0] = CompactHFShim(
         wrapper.shims[0]._hfmodel, mixed_precision=mixed_precision, grad_scaler_config=dict(grad_scaler_config)
     )

@@ -137,7 +137,7 @@ class ConceptNormalizer(Pipe):
     labels (List[str]): Entity labels to link; empty links all.
     batch_size (int): Docs gathered per search in `pipe`.
     index (dict): Vector index settings: `index_type` ("auto": chosen from the number of names, see
-        `index.choose_index_type`; "exact", "flat", "hnsw", "ivf", "ivfpq") and its parameters.
+        `search.index.choose_index_type`; "exact", "flat", "hnsw", "ivf", "ivfpq") and its parameters.
     long_form (str): With `abbreviation_resolver` (or scispacy's `AbbreviationDetector`, whose `span._.long_form`
         is a Span) before it: "best" searches the mention and its long form and keeps the better score, "long"
         the long form only, "mention" ignores long forms.

@@ -5,7 +5,7 @@ the synonyms file it rewrites.
   `fsync`, so a crash loses at most the line being written. A torn last line (the server killed mid-write) is
   cut off with a warning when the file is opened again, before anything is appended after it.
 - Synonyms (`write_synonyms`): the (text, concept_id) pairs in force, one JSON object a line, rewritten whole and
-  atomically (`util.atomic_open`) after every change; `read_synonyms` + `add_synonyms` apply them to a pipeline.
+  atomically (`io.files.atomic_open`) after every change; `read_synonyms` + `add_synonyms` apply them to a pipeline.
 """
 
 from __future__ import annotations

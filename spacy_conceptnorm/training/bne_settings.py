@@ -8,7 +8,7 @@
 Every section and key is optional (the defaults are `TrainConfig`'s and `train_word_vectors`'s); types are
 strict (an int is not a bool, a number is not a string), values are range-checked, unknown sections and keys are
 errors, and a bad value is a ConceptNormError naming the file, the section and the key, as for the training
-configs of `training.settings`. Data paths are not settings: they stay on the command line.
+configs of `training.encoder_settings`. Data paths are not settings: they stay on the command line.
 """
 
 from __future__ import annotations

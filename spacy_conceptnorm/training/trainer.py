@@ -19,7 +19,7 @@ until a stop (`_train_epoch`, `_evaluate_epoch`, `_save_epoch`), then `_finish`.
 
 Speed on CPU: each batch is sorted by token length and encoded in micro-batches padded only to their own
 longest name; bf16 autocast where `NameEncoder.autocast_dtype()` allows; `threads` sets torch's threads (0:
-torch's, or one when spinning threads meet a busy machine, see `threads.training_threads`; a resumed run keeps
+torch's, or one when spinning threads meet a busy machine, see `ml.threads.training_threads`; a resumed run keeps
 its count).
 
 Dev protocol (`[training.dev]`): the dev mentions are searched with `strategy` (default D-T+OD-T, domain
