@@ -6,8 +6,8 @@ ANNOTATIONS_DIR holds one `<note>.jsonl` per note (`note`, `start`, `end`, `span
 notes as published (`<note>.txt`), SPLIT_FILE a `dev|heldout<TAB>note` line per note. Each output line is one note
 in the format of `evaluate-assertion` (`{"note", "text", "spans": [{"start", "end", "status", "id"}, ...]}`), each
 span with the MEDIC id where its text is exactly one MEDIC 2012 concept's name or synonym, case aside (a name of
-several concepts has none, nor has a short form in capitals of up to four characters), as the annotation rules of
-docs/clinical_notes/README.md say.
+several concepts has none, nor has a short form: in capitals of up to four characters, or an item of a slash list
+of shorthand), as the annotation rules of docs/clinical_notes/README.md and whole/README.md say.
 """
 
 import json
@@ -16,25 +16,28 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+from spacy_conceptnorm.kb.formats import read_pipe_dictionary
+
 STATUSES = {"negated", "family", "hypothetical", "uncertain", "historical", "affirmed"}
 
 
 def medic_names(path: Path) -> dict[str, set[str]]:
-    """Lower-cased name or synonym -> the ids of the MEDIC lines that hold it (the first id of each line)."""
+    """Lower-cased name or synonym -> the ids of the concepts that have it, as the knowledge base reads MEDIC
+    (`kb.formats.read_pipe_dictionary`: the first MeSH id of a line, an OMIM-only concept as `OMIM:<number>`)."""
     names: dict[str, set[str]] = defaultdict(set)
-    for line in path.read_text(encoding="utf-8").splitlines():
-        ids, _, terms = line.partition("||")
-        if not terms:
-            continue
-        concept = ids.split("|")[0].removeprefix("MESH:")
-        for term in terms.split("|"):
-            if term.strip():
-                names[term.strip().lower()].add(concept)
+    for concept, synonyms in read_pipe_dictionary(path):
+        for name in (concept.canonical_name, *synonyms):
+            names[name.lower()].add(concept.concept_id)
     return names
 
 
-def concept_id(span: str, names: dict[str, set[str]]) -> str | None:
-    if re.fullmatch(r"[A-Z0-9]{1,4}s?", span):
+def concept_id(text: str, start: int, end: int, names: dict[str, set[str]]) -> str | None:
+    """The MEDIC id of the span `text[start:end]`, or None: for a name of several concepts, a short form in
+    capitals of up to four characters, and an item of a slash list of shorthand ("cp" in "denies n/v/cp/sob": chest
+    pain, not what MEDIC's "CP" names)."""
+    span = text[start:end]
+    in_list = len(span) <= 4 and "/" in (text[start - 1 : start] + text[end : end + 1])
+    if in_list or re.fullmatch(r"[A-Z0-9]{1,4}s?", span):
         return None
     ids = names.get(span.lower(), set())
     return next(iter(ids)) if len(ids) == 1 else None
@@ -55,7 +58,7 @@ def main(annotations: Path, notes: Path, split_file: Path, medic: Path) -> None:
             if text[start:end] != record["span"] or status not in STATUSES:
                 raise SystemExit(f"{annotations / f'{note}.jsonl'}:{number}: offsets or status do not match")
             span = {"start": start, "end": end, "status": status}
-            cid = concept_id(record["span"], names)
+            cid = concept_id(text, start, end, names)
             if cid:
                 span["id"] = cid
             spans.append(span)
