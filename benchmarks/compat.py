@@ -245,7 +245,9 @@ def _in_release(argv: list[str]) -> int:
 
 # --- in both ----------------------------------------------------------------------------------------------------
 def gold_linking_off(nlp) -> list[str]:
-    """The components linking gold mentions turns off: those that set `doc.ents`, and clinical_context."""
+    """The components linking gold mentions turns off: those that set `doc.ents`, and clinical_context. The rule of
+    `evaluation.gold.gold_linking_off`, written out here because it runs in the 0.2.0 process too, whose package
+    has no `evaluation.gold`."""
     return [
         name
         for name in nlp.pipe_names

@@ -8,13 +8,14 @@ alternated in one run so that a busy machine moves both alike.
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 
 import spacy
 from spacy.tokens import Doc
 
+from spacy_conceptnorm.evaluation.assertion import read_annotated_spans
+from spacy_conceptnorm.io.corpus import read_pubtator
 from spacy_conceptnorm.pipeline.clinical_context import split_report_sentences
 
 SPLITTERS = ("pyrush", "rules")
@@ -22,21 +23,7 @@ SPLITTERS = ("pyrush", "rules")
 
 def distinct_texts(path: Path) -> list[str]:
     """The texts of an `evaluate-assertion` file, each once, in file order."""
-    texts: dict[str, None] = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            texts.setdefault(json.loads(line)["text"], None)
-    return list(texts)
-
-
-def pubtator_texts(path: Path) -> list[str]:
-    """Title and abstract of each document of a PubTator file, joined by a space."""
-    docs: dict[str, list[str]] = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
-        parts = line.split("|", 2)
-        if len(parts) == 3 and parts[1] in ("t", "a"):
-            docs.setdefault(parts[0], []).append(parts[2])
-    return [" ".join(parts) for parts in docs.values()]
+    return list(dict.fromkeys(span.text for span in read_annotated_spans(path)))
 
 
 def sentence_starts(doc: Doc) -> set[int]:
@@ -54,13 +41,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", type=Path, default=Path("../shared/data"))
     args = parser.parse_args()
+    abstracts = read_pubtator(args.data / "ncbi-disease" / "NCBIdevelopset_corpus.txt")
     sets = {
         "hand-written notes (`docs/clinical_notes/dev.jsonl`)": distinct_texts(Path("docs/clinical_notes/dev.jsonl")),
         "whole notes (`docs/clinical_notes/whole/dev.jsonl`)": distinct_texts(
             Path("docs/clinical_notes/whole/dev.jsonl")
         ),
         "`tests/fixtures/clinical/assertions.jsonl`": distinct_texts(Path("tests/fixtures/clinical/assertions.jsonl")),
-        "NCBI-disease dev abstracts": pubtator_texts(args.data / "ncbi-disease" / "NCBIdevelopset_corpus.txt"),
+        "NCBI-disease dev abstracts": [doc.text for doc in abstracts],
     }
     pipes = {}
     for name in SPLITTERS:
