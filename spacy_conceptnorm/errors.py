@@ -99,6 +99,7 @@ class Errors(metaclass=ErrorsWithCodes):
     E720 = "Cannot load the embedding model {model!r} of the CNN ranker: {detail}"
     E721 = "The CNN ranker's {key} must be {expected}, got {value!r}."
     E722 = "{path} does not match the CNN ranker's config in {config}: {detail}."
+    E723 = "The pair scorer {scorer} has no trainer: give it a fit(groups, dev, *, seed, log) method."
     E730 = "Cannot load the cross-encoder model {model!r}: {detail}"
     E731 = "The cross-encoder ranker's {key} must be {expected}, got {value!r}."
     E732 = "Cannot load the cross-encoder saved in {path}: {file} is unreadable ({detail})."

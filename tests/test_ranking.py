@@ -25,7 +25,7 @@ from spacy_conceptnorm.linking.pair_scorer import PairScorer
 from spacy_conceptnorm.linking.ranker import Ranker
 from spacy_conceptnorm.search.sieve import SieveSearcher
 from spacy_conceptnorm.training.pair_scorer_fit import FitReport
-from spacy_conceptnorm.training.ranker_fit import fit_conditional_logit
+from spacy_conceptnorm.training.ranker_fit import fit_conditional_logit, fit_pair_scorer
 from spacy_conceptnorm.training.ranking import ranking_examples, recall_at, reorder_test, train_ranker
 
 from .fake_encoder import TrigramEncoder
@@ -500,6 +500,15 @@ class ShareOfLetters(PairScorer):
     def from_disk(self, path):
         self.factor = float((Path(path) / "factor.txt").read_text())
         return self
+
+
+def test_a_pair_scorer_without_a_trainer_is_refused_by_name():
+    class Untrainable(ShareOfLetters):
+        fit = None
+
+    assert fit_pair_scorer(ShareOfLetters(), []).epochs == 1  # its own fit
+    with pytest.raises(ConceptNormError, match=r"E723.*Untrainable"):
+        fit_pair_scorer(Untrainable(), [])
 
 
 @registry.misc("test.share_of_letters.v1")

@@ -41,7 +41,7 @@ def fit_pair_scorer(
     if isinstance(scorer, CrossEncoderRanker):
         return fit_cross_encoder(scorer, groups, dev, seed=seed, log=log)
     if not callable(getattr(scorer, "fit", None)):
-        raise TypeError(f"{type(scorer).__name__} has no trainer: give it a fit(groups, dev, *, seed, log) method")
+        raise ConceptNormError(Errors.E723.format(scorer=type(scorer).__name__))
     return scorer.fit(groups, dev, seed=seed, log=log)
 
 
