@@ -40,8 +40,7 @@ from thinc.api import warmup_linear
 
 from ..errors import Warnings
 
-_now = time.monotonic
-_started = _now()
+_now = time.monotonic  # the safety stop's clock (tests set their own)
 
 
 class SafetyStopWarning(UserWarning):
@@ -61,15 +60,6 @@ def warn_safety_stop(what: str, setting: str, minutes: float, steps: int, planne
     warnings.warn(message, SafetyStopWarning, stacklevel=3)
 
 
-def _restart_clock() -> None:
-    global _started
-    _started = _now()
-
-
-def _minutes_elapsed() -> float:
-    return (_now() - _started) / 60
-
-
 @registry.batchers("spacy_conceptnorm.batch_until.v1")
 def batch_until(batcher: Callable[[Iterable[Any]], Iterable[Any]], max_minutes: float) -> Callable:
     """`batcher`'s batches, with a safety stop: none after `max_minutes` since training began (0: no stop), with a
@@ -79,18 +69,19 @@ def batch_until(batcher: Callable[[Iterable[Any]], Iterable[Any]], max_minutes: 
     batcher (Callable): The batcher to wrap, e.g. `spacy.batch_by_padded.v1`.
     max_minutes (float): Minutes of training after which no batch is given (0: no limit).
     """
-    _restart_clock()
-    given = [0]  # batches given so far, over all epochs: spaCy calls the batcher once an epoch
-    stopped = [False]
+    started = _now()
+    given = 0  # batches given so far, over all epochs: spaCy calls the batcher once an epoch
+    stopped = False
 
     def batches(items: Iterable[Any]) -> Iterator[Any]:
+        nonlocal given, stopped
         for batch in batcher(items):
-            if max_minutes and _minutes_elapsed() >= max_minutes:
-                if not stopped[0]:
-                    stopped[0] = True
-                    warn_safety_stop("spacy train", "[training.batcher] max_minutes", max_minutes, given[0])
+            if max_minutes and (_now() - started) / 60 >= max_minutes:
+                if not stopped:
+                    stopped = True
+                    warn_safety_stop("spacy train", "[training.batcher] max_minutes", max_minutes, given)
                 return
-            given[0] += 1
+            given += 1
             yield batch
 
     return batches
