@@ -127,6 +127,52 @@ def test_report_headings():
                              "APPENDICITIS": "affirmed"}  # fmt: skip
 
 
+def test_whole_note_headings():
+    """Headings on a line of their own without a colon, a blank line after them, and a heading's word inside a
+    sentence, which is no heading: "seasonal allergies" stays affirmed, "Hives" under ALLERGIES is a reaction
+    the drug would cause."""
+    terms = ["hypertension", "breast cancer", "seasonal allergies", "hives", "gout", "migraine"]
+    nlp = ruler_pipeline({t: "NIL" for t in terms})
+    note = (
+        "PAST MEDICAL HISTORY\n\nHypertension.\n\nFAMILY HISTORY\n\nBreast cancer.\n\n"
+        "HISTORY OF PRESENT ILLNESS\n\nShe has seasonal allergies and gout.\n\nALLERGIES: penicillin - hives\n"
+        "Meds: sumatriptan for migraine."
+    )
+    assert statuses(nlp(note)) == {"Hypertension": "historical", "Breast cancer": "family",
+                                   "seasonal allergies": "affirmed", "gout": "affirmed", "hives": "hypothetical",
+                                   "migraine": "affirmed"}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("Cardiovascular: Denies chest pain. Respiratory: cough.", {"chest pain": "negated", "cough": "affirmed"}),
+        ("Abdomen soft, non-tender. Non-small cell lung cancer.", {"tender": "negated", "lung cancer": "affirmed"}),
+        ("Alert staff in case of non-blanching rash, lethargy or seizure.",
+         {"rash": "hypothetical", "lethargy": "hypothetical", "seizure": "hypothetical"}),
+        ("The risks of surgery including infection, which may require another procedure, stroke or death were "
+         "discussed.", {"infection": "hypothetical", "stroke": "hypothetical"}),
+        ("The risks of anesthesia including but not limited to the risks of stroke and death.",
+         {"stroke": "hypothetical"}),
+        ("He has no joint damage due to his arthritis.", {"joint damage": "negated", "arthritis": "affirmed"}),
+        ("I suspect a flare of gout. He thinks he has hematuria.", {"gout": "uncertain", "hematuria": "uncertain"}),
+        ("Testing to determine if he has Lyme disease.", {"Lyme disease": "uncertain"}),
+        ("Her colonoscopy 3 years ago showed diverticulosis.", {"diverticulosis": "historical"}),
+        ("A two-day history of fever. She lost weight in the past 6 months.",
+         {"fever": "affirmed", "weight": "affirmed"}),
+        ("Her mother thought she felt hot. She was clinging to her mother and crying.",
+         {"felt hot": "affirmed", "crying": "affirmed"}),
+        ("Counsel parents on wound care.", {"wound": "hypothetical"}),
+        ("#1 Metastatic disease, no evidence of recurrence\n#2 Gout, on treatment", {"recurrence": "negated",
+                                                                                    "Gout": "affirmed"}),
+    ],
+)  # fmt: skip
+def test_whole_note_cues(text, expected):
+    """The constructions of whole notes that sentences written for the package lacked (docs/clinical.md)."""
+    nlp = ruler_pipeline({term.lower(): "NIL" for term in expected})
+    assert statuses(nlp(text)) == expected
+
+
 def test_cue_words_make_token_patterns():
     within = {"IS_SENT_START": False}  # a cue's second token and on: not a sentence's first
     assert token_pattern("no significant|interval? change") == [

@@ -49,8 +49,9 @@ AFFIRMED = "affirmed"
 # How `split_sentences` splits them: the compiled rules of `text.sentences` or medspaCy's PyRuSH (see ClinicalContext)
 SENTENCES = ("rules", "pyrush")
 STATUSES = (*(status for status, _ in FLAGS), AFFIRMED)
-# Common headings that medspaCy's default section rules lack (they list "ASSESSMENT/PLAN:" but not "PLAN:"):
-# without them the section before runs on, and a plan under a family history would be read as family.
+# Common headings that medspaCy's default section rules lack (they list "ASSESSMENT/PLAN:" but not "PLAN:", nor the
+# short forms "FamHx:", "PSHx:", "Meds:"): without them the section before runs on, and a plan under a family
+# history would be read as family. Every heading also counts without its colon where `is_heading` says so.
 EXTRA_SECTIONS = (
     ("HISTORY:", "history_of_present_illness"),
     ("CLINICAL HISTORY:", "history_of_present_illness"),
@@ -64,21 +65,56 @@ EXTRA_SECTIONS = (
     ("ROS:", "review_of_systems"),
     ("Follow-up:", "patient_instructions"),
     ("Return Precautions:", "patient_instructions"),
+    ("FamHx:", "family_history"),
+    ("Family Hx:", "family_history"),
+    ("SocHx:", "social_history"),
+    ("SHx:", "social_history"),
+    ("PSHx:", "past_medical_history"),
+    ("PMHx:", "past_medical_history"),
+    ("SurgHx:", "past_medical_history"),
+    ("MEDICAL HISTORY:", "past_medical_history"),
+    ("PAST MEDICAL/SURGICAL HISTORY:", "past_medical_history"),
+    ("Meds:", "medications"),
+    ("MEDICATIONS:", "medications"),
+    ("HPI/CC:", "history_of_present_illness"),
+    ("CC/HPI:", "history_of_present_illness"),
+    ("ASSESSMENT AND PLAN:", "observation_and_plan"),
+    ("IMPRESSION:", "observation_and_plan"),
+    ("PLANS/RECOMMENDATIONS:", "observation_and_plan"),
+    ("RESULTS:", "labs_and_studies"),
+    ("Labs:", "labs_and_studies"),
+    ("VITALS:", "labs_and_studies"),
+    ("EXAM:", "physical_exam"),
+    ("ALLERGIES/ADVERSE REACTIONS:", "allergy"),
+    ("INSTRUCTIONS:", "patient_education"),
 )
+# The sections whose entities take an assertion attribute (medspaCy's `DEFAULT_ATTRS`, and its "Allergies" heading,
+# which its rules file under a category of its own): the reactions listed under an allergy are those a drug would
+# cause.
+EXTRA_SECTION_ATTRIBUTES = {"allergies": {"is_hypothetical": True}}
 # Cues that medspaCy's default ConText rules lack or read otherwise, most from the NegEx and ConText trigger lists:
 # (category, direction, words). `words` is a token pattern: tokens apart by spaces, alternatives by "|", "?" after
 # a token that may be missing ("no significant|interval? change" matches "no change" and "no interval change"),
 # "shape:dddd" a token of that shape (a year).
 # - Negation after the condition ("pneumothorax is not seen", "N/V: denies", "rash has resolved") and before it
-#   ("is negative for X", "nil X"); "EXT: no edema" reads forward as "Fever: no" reads back.
+#   ("is negative for X", "nil X", "non-tender", "was not found to have X"); "EXT: no edema" and "Respiratory:
+#   Denies cough" read forward as "Fever: no" reads back.
 # - Pseudo-cues, which modify nothing and keep a shorter cue from matching inside them: "no change in the
-#   effusion", "lives with his wife", "per her mother".
-# - Uncertainty: "probable", "query", "less likely", "cannot (be) excluded", and the reasons for a test ("to
-#   exclude X", "evaluate for X"), which medspaCy reads as negation.
-# - History ("s/p", "previous", "years ago"), the future ("monitor for", "at risk of", "DVT prophylaxis", which
-#   medspaCy reads as negated), a relative after the condition ("diabetes in her mother").
-# - "but", "p/w" (presents with), ";", "shows" and their kin end every cue's scope, not only a negation's; a
-#   relative clause ("who", "which": the CLAUSE pseudo-cue) ends all but a relative's (TERMINATING_TYPES).
+#   effusion", "lives with his wife", "per her mother", "non-small cell", "including but not limited to".
+# - Uncertainty: "probable", "query", "less likely", "cannot (be) excluded", "I suspect", "he thinks he has", and
+#   the reasons for a test ("to exclude X", "evaluate for X", "to determine if he has X", "screened for X"), which
+#   medspaCy reads as negation.
+# - History ("s/p", "previous", "years ago" either side) but not the recent past ("a two-day history of", "in the
+#   past 6 months", "natural history"); the future ("monitor for", "be aware of", "DVT prophylaxis", which
+#   medspaCy reads as negated); a risk (the RISK category: "the risks of surgery including X", "a risk factor for
+#   X"); a relative after the condition ("diabetes in her mother"), not one who reports or comes along ("her mother
+#   thought she felt hot", "described by her mother", "her mother and she returned").
+# - "but", "p/w" (presents with), ";" and their kin end every cue's scope, not only a negation's; a relative clause
+#   ("who", "which": the CLAUSE pseudo-cue) ends all but a relative's and a risk's; a cause ("due to", "after":
+#   CAUSE) ends a negation's and an uncertainty's ("no joint damage due to his arthritis"); a finding ("showed":
+#   FINDING) ends all but history's ("her colonoscopy 3 years ago showed diverticulosis") (TERMINATING_TYPES).
+# - A fourth element, where there is one, holds medspaCy's options of the rule (`max_scope`: "non-" negates the
+#   word after it, not "non-blanching rash, lethargy or seizure").
 # - Pseudo-cues of their own category ("given for") keep a shorter cue ("given") from matching inside them.
 _BE = "is|was|are|were|been|be"
 _RELATIVES = (
@@ -86,13 +122,25 @@ _RELATIVES = (
     "cousin|parents|children"
 )
 _CONTACTS = f"{_RELATIVES}|wife|husband|spouse|partner|family"
+_COUNSELED = "counsel|counseled|counselled|educated|warned|advised"
 _KIN = "maternal|paternal|younger|older|elder|twin|late?"  # the "?": a relative's qualifier may be missing
 _SEEN = "seen|identified|present|demonstrated|visualized|appreciated|noted|detected|evident|found|elicited|suspected"
-_SAYS = "reports|reported|states|stated|found|noticed|noted|says|said|brought|witnessed|called|describes|asked|told"
+_SAYS = (
+    "reports|reported|states|stated|found|noticed|noted|says|said|brought|witnessed|called|describes|asked|told|"
+    "thought|thinks|believes|felt|feels"
+)
 EXTRA_CUES = (
     ("NEGATED_EXISTENCE", "BIDIRECTIONAL", ": no"),
-    ("NEGATED_EXISTENCE", "BACKWARD", ": denies|denied|negative|neg|absent"),
+    ("NEGATED_EXISTENCE", "BACKWARD", ": negative|neg|absent"),
+    ("NEGATED_EXISTENCE", "BIDIRECTIONAL", ": denies|denied"),
     ("NEGATED_EXISTENCE", "FORWARD", "is|was|are|were negative|neg for"),
+    ("NEGATED_EXISTENCE", "BACKWARD", "were|been negative|neg"),
+    ("NEGATED_EXISTENCE", "FORWARD", "non -?", {"max_scope": 1}),
+    ("NEGATED_EXISTENCE", "PSEUDO", "non -? specific|small|hodgkin|hodgkins|insulin|st|q|alcoholic|invasive|smoker"),
+    ("NEGATED_EXISTENCE", "FORWARD", "not|never found|shown|noted|known to have|be"),
+    ("NEGATED_EXISTENCE", "FORWARD", "exclusion of"),
+    ("NEGATED_EXISTENCE", "PSEUDO", "but? not limited to"),
+    ("NEGATED_EXISTENCE", "PSEUDO", "not|n't recall|remember"),
     ("NEGATED_EXISTENCE", "BACKWARD", f"{_BE}? not|n't {_SEEN}"),
     ("NEGATED_EXISTENCE", "BACKWARD", f"{_BE}? excluded|absent"),
     ("NEGATED_EXISTENCE", "BACKWARD", "were|been ruled out"),
@@ -131,16 +179,29 @@ EXTRA_CUES = (
     ("POSSIBLE_EXISTENCE", "BACKWARD", "can|could not be entirely|completely|totally|fully|definitely? excluded|ruled"),
     ("POSSIBLE_EXISTENCE", "BACKWARD", f"{_BE}? not excluded"),
     ("POSSIBLE_EXISTENCE", "FORWARD", "to? exclude|evaluate|eval|assess"),
+    ("POSSIBLE_EXISTENCE", "FORWARD", "suspect|suspects"),
+    ("POSSIBLE_EXISTENCE", "FORWARD", "what|this|it appears|seems to be"),
+    ("POSSIBLE_EXISTENCE", "FORWARD", "appears|appear|seems|seem to represent"),
+    ("POSSIBLE_EXISTENCE", "FORWARD", "may|might have|represent"),
+    ("POSSIBLE_EXISTENCE", "FORWARD", "thinks|thought|believes he|she|they|it has|have|had|is|was"),
+    ("POSSIBLE_EXISTENCE", "FORWARD", "determine|confirm|check|see if|whether"),
+    ("POSSIBLE_EXISTENCE", "FORWARD", "screened|screening for"),
     ("POSSIBLE_EXISTENCE", "FORWARD", "evaluate|eval|evaluation|assess|test|testing|work-up|workup for"),
     ("HISTORICAL", "FORWARD", "pmh|previous|previously|prior|remote|known|old"),
     ("HISTORICAL", "PSEUDO", "year|years|month|months|week|weeks|day|days|yr|yrs|mo -? old"),
+    ("HISTORICAL", "PSEUDO", "year|years|month|months|week|weeks|day|days history|hx of"),
     ("HISTORICAL", "PSEUDO", "previously|otherwise well|healthy"),
     ("HISTORICAL", "PSEUDO", "from|than|since|to prior|previous"),
     ("HISTORICAL", "FORWARD", "s / p"),
     ("HISTORICAL", "FORWARD", "status post"),
     ("HISTORICAL", "PSEUDO", "prior to"),
+    ("HISTORICAL", "PSEUDO", "natural history"),
+    ("HISTORICAL", "PSEUDO", "in|over|during the past|last few|several? days|weeks|months"),
+    ("HISTORICAL", "PSEUDO", "in|over|during the past|last shape:d days|weeks|months"),
+    ("HISTORICAL", "PSEUDO", "in|over|during the past|last shape:dd days|weeks|months"),
     ("HISTORICAL", "BACKWARD", "in the past"),
-    ("HISTORICAL", "BACKWARD", "years|yrs|months ago"),
+    ("HISTORICAL", "BIDIRECTIONAL", "year|years|yrs|month|months ago"),
+    ("HISTORICAL", "FORWARD", "at that|which time"),
     ("HISTORICAL", "BACKWARD", "at age|aged"),
     ("HISTORICAL", "BACKWARD", "as a child|teenager|teen"),
     ("HISTORICAL", "BACKWARD", "in high|middle? school|college|childhood"),
@@ -151,12 +212,16 @@ EXTRA_CUES = (
     ("HISTORICAL", "BIDIRECTIONAL", "in [? *? *? shape:dddd"),
     ("HISTORICAL", "BACKWARD", "( diagnosed|dx|since|in? shape:dddd"),
     ("HYPOTHETICAL", "FORWARD", "monitor|monitored|monitoring|watch|observe for"),
-    ("HYPOTHETICAL", "FORWARD", "at? increased|high|higher? risk|risks of|for"),
+    ("HYPOTHETICAL", "PSEUDO", "monitor|monitored|monitoring|watch|observe for improvement|resolution|response"),
+    ("RISK", "FORWARD", "at? increased|high|higher? risk|risks factor|factors? of|for|include|includes|including"),
+    ("RISK", "FORWARD", "risk|risks associated with"),
+    ("RISK", "FORWARD", "complications include|including"),
     ("HYPOTHETICAL", "FORWARD", "in case of"),
     ("HYPOTHETICAL", "FORWARD", "should"),
     ("HYPOTHETICAL", "PSEUDO", "should continue|take|follow|have|receive|get|start|stop|avoid|see|undergo|be|not|also"),
-    ("HYPOTHETICAL", "FORWARD", "counsel|counseled|counselled|educated|warned|advised re|regarding|about|on|of"),
-    ("HYPOTHETICAL", "FORWARD", "may|might|can|could worsen|cause|precipitate|trigger"),
+    ("HYPOTHETICAL", "FORWARD", f"{_COUNSELED} the|his|her? patient|pt|{_CONTACTS}? re|regarding|about|on|of"),
+    ("HYPOTHETICAL", "FORWARD", "may|might|can|could also? worsen|cause|precipitate|trigger"),
+    ("HYPOTHETICAL", "FORWARD", "be aware of"),
     ("HYPOTHETICAL", "BIDIRECTIONAL", "prevent|prevention|preventing"),
     ("HYPOTHETICAL", "BIDIRECTIONAL", "prophylaxis|ppx"),
     ("FAMILY", "FORWARD", "fh|fhx"),
@@ -167,10 +232,14 @@ EXTRA_CUES = (
     ("FAMILY", "PSEUDO", f"{_CONTACTS} {_SAYS}"),
     ("FAMILY", "PSEUDO", f"patient|pt and|or|& his|her? {_CONTACTS}"),
     ("FAMILY", "PSEUDO", "the|this|our child|baby|infant"),
+    ("FAMILY", "PSEUDO", f"by|to his|her|their|the {_CONTACTS}"),
+    ("FAMILY", "PSEUDO", f"{_CONTACTS} and|& friends|she|he|i"),
     ("TERMINATE", "TERMINATE", "but|however|although|though|except|yet|;"),
     ("CLAUSE", "PSEUDO", "which|who"),
+    ("CAUSE", "PSEUDO", "due|secondary|owing to"),
+    ("CAUSE", "PSEUDO", "after"),
     ("TERMINATE", "TERMINATE", "presented|reports|reported|complains|complained|endorses|brought|admitted"),
-    ("TERMINATE", "TERMINATE", "shows|showed|demonstrates|demonstrated|reveals|revealed"),
+    ("FINDING", "PSEUDO", "shows|showed|demonstrates|demonstrated|reveals|revealed"),
     ("TERMINATE", "TERMINATE", "now|currently|here"),
     ("TERMINATE", "TERMINATE", "residual|given|following|+|positive|patient|pt"),
     ("TERMINATE", "TERMINATE", "in the? setting of"),
@@ -181,11 +250,16 @@ EXTRA_CUES = (
 # viral pharyngitis", "possible pneumonia, no effusion"; a relative clause ends them and history's and the
 # future's, not a relative's: "his father, who had an MI".
 TERMINATING_TYPES = {
-    "NEGATED_EXISTENCE": ["POSSIBLE_EXISTENCE", "CLAUSE"],
-    "POSSIBLE_EXISTENCE": ["NEGATED_EXISTENCE", "CLAUSE"],
+    "NEGATED_EXISTENCE": ["POSSIBLE_EXISTENCE", "CLAUSE", "CAUSE", "FINDING"],
+    "POSSIBLE_EXISTENCE": ["NEGATED_EXISTENCE", "CLAUSE", "CAUSE", "FINDING"],
     "HISTORICAL": ["CLAUSE"],
-    "HYPOTHETICAL": ["CLAUSE"],
+    "HYPOTHETICAL": ["CLAUSE", "FINDING"],
+    "FAMILY": ["FINDING"],
 }
+# The attributes of the cues' categories that medspaCy lacks: a risk is hypothetical, and its scope runs to the end of
+# the sentence, past the relative clauses of a consent paragraph ("the risks including infection, which may require
+# ..., stroke or death").
+EXTRA_CATEGORIES = {"RISK": {"is_hypothetical": True}}
 # medspaCy's default rules that the cues above replace (by literal)
 REPLACED_CUES = (": no", "resolved", "to exclude", "evaluate for", "test for", "prophylaxis")
 
@@ -294,7 +368,8 @@ def serializable(doc: Doc) -> None:
 
 def is_list_marker(token: Token, after: Token) -> bool:
     """Whether `token` marks an item of a list: "-", "*", "•", or a number of one or two digits before "." or ")"."""
-    return token.text in ("-", "*", "\u2022") or (token.is_digit and len(token) <= 2 and after.text in (".", ")"))
+    numbered = token.is_digit and len(token) <= 2 and after.text in (".", ")")
+    return token.text in ("-", "*", "\u2022") or numbered or (token.text == "#" and after.is_digit)
 
 
 def set_sentence_starts(doc: Doc, starts: list[int]) -> None:
@@ -346,7 +421,10 @@ def set_section_attributes(doc: Doc, mapping: dict[str, dict[str, bool]]) -> Non
         section = ent._.section
         if section is None or section.category not in mapping:
             continue
-        first_blank = bisect_left(blank_lines, section.body_start)
+        body = section.body_start  # the blank lines between a heading and its first line do not end it
+        while body < ent.start and doc[body].is_space:
+            body += 1
+        first_blank = bisect_left(blank_lines, body)
         if first_blank == len(blank_lines) or blank_lines[first_blank] >= ent.start:
             for attr, value in mapping[section.category].items():
                 ent._.set(attr, value)
@@ -356,18 +434,37 @@ def context_rules(default_path: str) -> list:
     """medspaCy's default ConText rules (read from `default_path`), less `REPLACED_CUES`, and `EXTRA_CUES`."""
     from medspacy.context import ConTextRule
 
-    extra = [ConTextRule(w, cat, pattern=token_pattern(w), direction=d) for cat, d, w in EXTRA_CUES]
+    extra = [
+        ConTextRule(w, cat, pattern=token_pattern(w), direction=d, **(options[0] if options else {}))
+        for cat, d, w, *options in EXTRA_CUES
+    ]
     return [r for r in ConTextRule.from_json(default_path) if r.literal not in REPLACED_CUES] + extra
 
 
 def section_rules(default_path: str) -> list:
     """medspaCy's default section rules (read from `default_path`) and `EXTRA_SECTIONS`, ours replacing a
-    default rule with the same heading."""
+    default rule with the same heading, and each heading with a colon also without it ("FAMILY HISTORY" on a line
+    of its own, as many notes write their headings; `is_heading` tells where such a heading counts)."""
     from medspacy.section_detection import SectionRule
 
     extra = [SectionRule(literal, category) for literal, category in EXTRA_SECTIONS]
     ours = {rule.literal for rule in extra}
-    return [r for r in SectionRule.from_json(default_path) if r.literal not in ours] + extra
+    rules = [r for r in SectionRule.from_json(default_path) if r.literal not in ours] + extra
+    seen = {rule.literal.lower() for rule in rules}
+    bare = {r.literal[:-1].strip(): r.category for r in rules if r.literal.endswith(":")}
+    return rules + [SectionRule(literal, category) for literal, category in bare.items() if literal.lower() not in seen]
+
+
+def is_heading(doc: Doc, start: int, end: int) -> bool:
+    """Whether the section rule matched at `doc[start:end]` is a heading: one that ends with a colon anywhere (a note
+    exported with its line breaks flattened keeps its "FAMILY HISTORY:"), one without only where it starts a line
+    and either ends the line or is written in capitals. medspaCy's rules match case-blind, so that "Allergies" and
+    "Plan" would otherwise split "She denies any allergies" and start a section in the middle of a sentence."""
+    if doc[end - 1].text == ":" or (end < len(doc) and doc[end].text == ":"):
+        return True
+    starts_line = start == 0 or "\n" in doc[start - 1].text or "\n" in doc[start - 1].whitespace_
+    ends_line = end == len(doc) or "\n" in doc[end].text or "\n" in doc[end - 1].whitespace_
+    return starts_line and (ends_line or doc[start:end].text.isupper())
 
 
 class ClinicalContext:
@@ -412,11 +509,15 @@ class ClinicalContext:
             # a heading starts a sentence (PyRuSH joins "2. GOUT\nFAMILY HISTORY: ..." for want of a full stop);
             # the sections' attributes are set by `set_section_attributes`, each only up to a blank line
             self.sectionizer = Sectionizer(
-                nlp, name=f"{name}.sectionizer", rules=None, apply_sentence_boundary=split_sentences, span_attrs=None
-            )
-            self.section_attributes = DEFAULT_ATTRS
+                nlp, name=f"{name}.sectionizer", rules=None, apply_sentence_boundary=split_sentences, span_attrs=None,
+                require_start_line=True,
+            )  # fmt: skip
+            # its filter of the matches that start a line, where `require_start_line` applies it: `is_heading`
+            self.sectionizer.filter_start_lines = lambda doc, matches: [m for m in matches if is_heading(doc, *m[1:3])]
+            self.section_attributes = {**DEFAULT_ATTRS, **EXTRA_SECTION_ATTRIBUTES}
             self.sectionizer.add(section_rules(self.sectionizer.DEFAULT_RULES_FILEPATH))
         self.context = ConText(nlp, name=f"{name}.context", rules=None, terminating_types=TERMINATING_TYPES)
+        self.context.context_attributes_mapping = {**self.context.context_attributes_mapping, **EXTRA_CATEGORIES}
         self.context.add(context_rules(self.context.DEFAULT_RULES_FILEPATH))
 
     def __call__(self, doc: Doc) -> Doc:
