@@ -8,10 +8,12 @@ import sys
 import pytest
 import spacy
 import srsly
+from spacy.cli.package import get_meta
 from spacy.language import Language
 from spacy.tokens import Span
 from typer.testing import CliRunner
 
+from spacy_conceptnorm.about import __version__
 from spacy_conceptnorm.annotate import annotate
 from spacy_conceptnorm.cli import app
 from spacy_conceptnorm.errors import ConceptNormError
@@ -355,6 +357,21 @@ def test_assemble_adds_clinical_context_where_medspacy_is_installed(tmp_path):
         result = CliRunner().invoke(app, ["assemble", str(config), str(tmp_path / "out"), *flags])
         assert result.exit_code == 0, result.output
         assert spacy.load(tmp_path / "out").pipe_names == expected
+
+
+def test_a_pipeline_with_clinical_context_declares_what_it_needs(tmp_path):
+    """`spacy package` writes the saved meta's requirements into the wheel; medspaCy only where it does not pin
+    spaCy below 3.8 (Python >= 3.12)."""
+    config = tmp_path / "pipeline.cfg"
+    config.write_text('[nlp]\nlang = "en"\npipeline = ["sentencizer"]\n\n[components]\n\n[components.sentencizer]\n'
+                      'factory = "sentencizer"\n')  # fmt: skip
+    assert CliRunner().invoke(app, ["assemble", str(config), str(tmp_path / "out")]).exit_code == 0
+    meta = json.loads((tmp_path / "out" / "meta.json").read_text(encoding="utf-8"))
+    assert meta["requirements"] == [f"spacy-conceptnorm[assertion]>={__version__}",
+                                    'medspacy==1.3.1; python_version >= "3.12"',
+                                    'PyRuSH==1.0.13; python_version >= "3.12"']  # fmt: skip
+    packaged = get_meta(tmp_path / "out", {})  # the meta `spacy package` writes into the wheel
+    assert packaged["requirements"][:3] == meta["requirements"]
 
 
 def test_other_msgpack_files_read_back_with_medspacy_imported(nlp):

@@ -22,6 +22,7 @@ one word (`assertion_status`), which `annotate` writes and the curation page sho
 
 from __future__ import annotations
 
+import re
 import warnings
 from bisect import bisect_left
 from collections.abc import Callable
@@ -33,6 +34,7 @@ from spacy.attrs import IDX, SENT_START
 from spacy.language import Language
 from spacy.tokens import Doc, Span, Token
 
+from .. import about
 from ..errors import ConceptNormError, Errors
 from ..text.sentences import sentence_starts
 
@@ -278,6 +280,10 @@ def token_pattern(words: str) -> list[dict]:
 
 
 INSTALL = 'pip install "spacy-conceptnorm[assertion]" && pip install --no-deps medspacy==1.3.1 PyRuSH==1.0.13'
+# What a saved pipeline with `clinical_context` declares in its meta.json, and so `spacy package` in its wheel's
+# requirements. medspaCy and PyRuSH declare spacy<3.8 on Python < 3.12: there they are left out (a wheel that pulled
+# them in would downgrade spaCy), and loading without them raises E620 with the `--no-deps` command of INSTALL.
+MEDSPACY_REQUIREMENTS = ('medspacy==1.3.1; python_version >= "3.12"', 'PyRuSH==1.0.13; python_version >= "3.12"')
 
 if not Span.has_extension("assertion"):
     Span.set_extension("assertion", default=None)
@@ -302,7 +308,8 @@ def medspacy_available() -> bool:
 
 
 def add_clinical_context(nlp: Language, required: bool = False) -> bool:
-    """Add a `clinical_context` last where the pipeline has none and medspaCy is installed.
+    """Add a `clinical_context` last where the pipeline has none and medspaCy is installed, and declare what it
+    needs in the pipeline's meta (`requirements`, which `spacy package` writes into the wheel).
 
     nlp (Language): The pipeline.
     required (bool): Add it even without medspaCy, so that its absence raises E620 with the install commands.
@@ -310,7 +317,18 @@ def add_clinical_context(nlp: Language, required: bool = False) -> bool:
     """
     if "clinical_context" not in nlp.pipe_names and (required or medspacy_available()):
         nlp.add_pipe("clinical_context")
-    return "clinical_context" in nlp.pipe_names
+    if "clinical_context" not in nlp.pipe_names:
+        return False
+    declared = nlp.meta.setdefault("requirements", [])
+    names = {requirement_name(r) for r in declared}
+    ours = (f"{about.__title__}[assertion]>={about.__version__}", *MEDSPACY_REQUIREMENTS)
+    declared.extend(r for r in ours if requirement_name(r) not in names)
+    return True
+
+
+def requirement_name(requirement: str) -> str:
+    """The distribution a requirement names ("medspacy" of 'medspacy==1.3.1; python_version >= "3.12"')."""
+    return re.match(r"[A-Za-z0-9_.-]+", requirement).group(0).lower().replace("_", "-")
 
 
 MEDSPACY_DECODERS = ("modifiers", "modifier", "context_graph", "section")
