@@ -78,6 +78,7 @@ class Errors(metaclass=ErrorsWithCodes):
     E410 = "{component}: {key} must be {expected}, got {value!r}."
     E411 = "{path} is not a valid saved dictionary_matcher ({detail}). Save the pipeline again with nlp.to_disk()."
     E412 = "{path} is not a valid saved link_filter ({detail}). Save the pipeline again with nlp.to_disk()."
+    E413 = "{path} is not a valid saved clinical_findings ({detail}). Save the pipeline again with nlp.to_disk()."
     # composites
     E501 = "composite_splitter: {key} must be a list of non-empty strings, got {value!r}."
     E502 = "composite_splitter: split_interventions must be true or false, got {value!r}."

@@ -426,3 +426,49 @@ def test_sentences_setting_is_checked_and_defaults_in_saved_pipelines(tmp_path):
     loaded = spacy.load(tmp_path / "p")
     assert loaded.get_pipe_config("clinical_context")["sentences"] == "rules"
     assert [s.text for s in loaded("No fever. Has cough.").sents] == ["No fever.", "Has cough."]
+
+
+class _KBPipe:
+    """A stand-in for concept_normalizer: a pipe with a KB that clinical_findings looks its concepts up in."""
+
+    def __init__(self, kb):
+        self.kb = kb
+
+    def __call__(self, doc):
+        return doc
+
+
+def test_clinical_findings_adds_the_findings_no_entity_holds(tmp_path):
+    """Findings become entities linked to the concept of their listed KB name (NIL where the KB has none), not
+    where an entity overlaps them; "-" takes a finding out; the concepts found are saved with the pipeline."""
+    from spacy_conceptnorm.kb.concept import Concept
+    from spacy_conceptnorm.kb.knowledge_base import KnowledgeBase
+
+    kb = KnowledgeBase()
+    kb.add_concept(Concept("D006337", "Heart Murmurs"), ["Heart Murmur"])
+    kb.add_concept(Concept("D010292", "Paresthesia"), [])
+    Language.component("test_kb_pipe", func=_KBPipe(kb))
+    nlp = ruler_pipeline({"chest pain": "D002637"}, context=False)
+    nlp.add_pipe("test_kb_pipe", first=True)
+    nlp.add_pipe("clinical_findings", config={"findings": {"crepitus": None, "tenderness": "-"}})
+    nlp.get_pipe("clinical_findings").initialize(nlp=nlp)
+    doc = nlp("Chest pain. No murmurs, rubs or gallops. JVD absent. Tingling, crepitus and tenderness.")
+    assert [(e.text, e.kb_id_, e._.kb_stage) for e in doc.ents] == [
+        ("Chest pain", "D002637", None), ("murmurs", "D006337", "clinical_findings"),
+        ("rubs", "NIL", "clinical_findings"), ("gallops", "NIL", "clinical_findings"),
+        ("JVD", "NIL", "clinical_findings"), ("Tingling", "D010292", "clinical_findings"),
+        ("crepitus", "NIL", "clinical_findings"),
+    ]  # fmt: skip
+    assert doc.ents[1]._.kb_ents == [("D006337", 1.0)] and doc.ents[2]._.kb_ents == []
+    nlp.remove_pipe("test_kb_pipe")
+    nlp.to_disk(tmp_path / "p")
+    loaded = spacy.load(tmp_path / "p")
+    assert [e.kb_id_ for e in loaded("Wheezes and murmurs.").ents] == ["NIL", "D006337"]
+    (tmp_path / "p" / "clinical_findings" / "concepts.json").write_text("[1, 2]")
+    with pytest.raises(ConceptNormError, match=r"E413.*concepts\.json"):
+        spacy.load(tmp_path / "p")
+
+
+def test_clinical_findings_setting_is_checked():
+    with pytest.raises(ConceptNormError, match=r"E410.*findings"):
+        spacy.blank("en").add_pipe("clinical_findings", config={"findings": {" ": None}})

@@ -163,8 +163,9 @@ def test_clinical_settings_on_a_config_and_on_a_loaded_pipeline(tmp_path):
     nlp.add_pipe("dictionary_matcher")
     nlp.add_pipe("abbreviation_resolver")
     nlp.add_pipe("link_filter", name="filter")
-    assert use_clinical_settings(nlp) == ["clinical_abbreviations", "dictionary_matcher", "filter"]
-    assert nlp.pipe_names == ["dictionary_matcher", "abbreviation_resolver", "clinical_abbreviations", "filter"]
+    assert use_clinical_settings(nlp) == ["clinical_abbreviations", "clinical_findings", "dictionary_matcher", "filter"]
+    assert nlp.pipe_names == ["dictionary_matcher", "abbreviation_resolver", "clinical_abbreviations", "filter",
+                              "clinical_findings"]  # fmt: skip
     assert nlp.get_pipe("dictionary_matcher").cfg["merge"] == "names"
     assert nlp.config["components"]["filter"]["keep_exact_names"] is True
     nlp.to_disk(tmp_path / "p")
@@ -183,6 +184,7 @@ def test_assemble_clinical_turns_the_settings_on(tmp_path):
         assert result.exit_code == 0, result.output
         nlp = spacy.load(tmp_path / "out")
         assert ("clinical_abbreviations" in nlp.pipe_names) is expected
+        assert ("clinical_findings" in nlp.pipe_names) is expected
         assert nlp.get_pipe("link_filter").keep_exact_names is expected
         assert nlp.config["components"]["link_filter"]["keep_exact_names"] is expected
 
@@ -197,7 +199,7 @@ def test_clinical_command_saves_a_copy_for_clinical_notes(tmp_path):
     assert result.exit_code == 0, result.output
     clinical = spacy.load(tmp_path / "clinical")
     expected = ["dictionary_matcher", "abbreviation_resolver", "clinical_abbreviations", "link_filter"]
-    assert clinical.pipe_names == expected + ["clinical_context"] * medspacy_available()
+    assert clinical.pipe_names == [*expected, "clinical_findings"] + ["clinical_context"] * medspacy_available()
     assert clinical.get_pipe("dictionary_matcher").cfg["merge"] == "names"
     assert clinical.get_pipe("link_filter").keep_exact_names is True
     assert spacy.load(tmp_path / "pipeline").pipe_names == expected[:2] + ["link_filter"]  # the original as it was

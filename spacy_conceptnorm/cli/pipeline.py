@@ -31,7 +31,7 @@ def assemble(
 
     from ..io.pipelines import save
     from ..pipeline.clinical_context import add_clinical_context
-    from ..pipeline.clinical_settings import add_clinical_abbreviations, clinical_overrides
+    from ..pipeline.clinical_settings import add_clinical_abbreviations, add_clinical_findings, clinical_overrides
 
     with show_validation_error(config, hint_fill=False):
         overrides = parse_config_overrides(ctx.args)
@@ -43,6 +43,7 @@ def assemble(
         nlp = load_model_from_config(cfg, auto_fill=True)
     if clinical:
         add_clinical_abbreviations(nlp)
+        add_clinical_findings(nlp)
     if clinical is not False:
         add_clinical_context(nlp, required=bool(clinical))
     nlp._link_components()  # as spacy assemble: listeners are linked before initializing

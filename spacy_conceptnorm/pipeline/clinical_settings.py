@@ -2,7 +2,8 @@
 
 A pipeline trained and calibrated on PubMed abstracts misses conditions that clinical notes name plainly. The
 `clinical_abbreviations` component (undefined clinical abbreviations: "CHF", "SOB") changes nothing on abstracts
-and is in the pipeline of configs/pipeline.cfg; these settings add it where a pipeline lacks it. Three settings
+and is in the pipeline of configs/pipeline.cfg; these settings add it where a pipeline lacks it, and add
+`clinical_findings` (the signs and symptoms notes name with words no KB name is: "murmurs", "JVD"). Three settings
 of the other components recover more; each changes what the pipeline finds on abstracts, so none is on by default
 (docs/clinical.md gives their effect on clinical notes and on NCBI-disease):
 
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 from spacy.language import Language
 
-from . import clinical_abbreviations  # noqa: F401  (registers the factory that add_clinical_abbreviations adds)
+from . import clinical_abbreviations, clinical_findings  # noqa: F401  (register the factories added here)
 
 # factory -> setting -> value
 CLINICAL_SETTINGS: dict[str, dict[str, object]] = {
@@ -58,15 +59,37 @@ def add_clinical_abbreviations(nlp: Language) -> str | None:
     return nlp.add_pipe("clinical_abbreviations", before=before[0] if before else None).name
 
 
+def add_clinical_findings(nlp: Language) -> str | None:
+    """Add a `clinical_findings` component where the pipeline has none: after its `link_filter`, else after its
+    `concept_normalizer`, else last (before a `clinical_context`, which reads every entity).
+
+    nlp (Language): The pipeline.
+    RETURNS (Optional[str]): The name of the component added; None if it had one.
+    """
+    factories = {name: nlp.get_pipe_meta(name).factory for name in nlp.pipe_names}
+    if "clinical_findings" in factories.values():
+        return None
+    for factory in ("link_filter", "concept_normalizer"):
+        after = [name for name, f in factories.items() if f == factory]
+        if after:
+            return nlp.add_pipe("clinical_findings", after=after[-1]).name
+    before = [name for name, f in factories.items() if f == "clinical_context"]
+    return nlp.add_pipe("clinical_findings", before=before[0] if before else None).name
+
+
 def use_clinical_settings(nlp: Language) -> list[str]:
     """Turn the settings on in a loaded pipeline (in its components and in `nlp.config`), and add
-    `clinical_abbreviations` where it has none. A pipeline saved after this call keeps them.
+    `clinical_abbreviations` and `clinical_findings` where it has none (the latter initialized: it looks up its
+    concepts in the KB). A pipeline saved after this call keeps them.
 
     nlp (Language): The pipeline.
     RETURNS (List[str]): The names of the components changed or added.
     """
-    added = add_clinical_abbreviations(nlp)
-    changed = [added] if added else []
+    added = [add_clinical_abbreviations(nlp)]
+    findings = add_clinical_findings(nlp)
+    if findings:
+        nlp.get_pipe(findings).initialize(lambda: [], nlp=nlp)
+    changed = [name for name in (*added, findings) if name]
     for name in nlp.pipe_names:
         settings = CLINICAL_SETTINGS.get(nlp.get_pipe_meta(name).factory, {})
         component = nlp.get_pipe(name)
