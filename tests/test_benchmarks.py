@@ -1,8 +1,9 @@
-"""The `benchmark speed` and `benchmark weight` commands run on a small saved pipeline and print the lines they
-promise (no timings are asserted: speed is measured by the commands, not by tests), and the public hooks the
-repo-root benchmarks use."""
+"""The `benchmark speed`, `benchmark throughput` and `benchmark weight` commands run on small saved pipelines and
+print the lines they promise (no timings are asserted: speed is measured by the commands, not by tests), and the
+public hooks the repo-root benchmarks use."""
 
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -10,13 +11,15 @@ import spacy
 import srsly
 from spacy.tokens import DocBin
 from spacy.training import Example
+from spacy.util import load_config, load_model_from_config
 from typer.testing import CliRunner
 
 from spacy_conceptnorm.cli import app
-from spacy_conceptnorm.cli.benchmark_speed import TfidfLinker
+from spacy_conceptnorm.cli.benchmark_speed import SPACY_SHARE, TfidfLinker
 from spacy_conceptnorm.io.corpus import pubtator_to_docs, read_pubtator
 from spacy_conceptnorm.kb.knowledge_base import load_kb
 
+REPO = Path(__file__).parents[1]
 PIPES = ["ner", "dictionary_matcher", "abbreviation_resolver", "composite_splitter", "concept_normalizer",
          "link_filter"]  # fmt: skip
 
@@ -45,10 +48,43 @@ def saved(tiny_bert, fixtures, tmp_path_factory):
     return root / "training" / "pipeline"
 
 
+@pytest.fixture(scope="module")
+def trf_saved(tiny_bert, fixtures, tmp_path_factory):
+    """configs/ner_trf.cfg on the tiny BERT (windows of 24 words), initialized on two train abstracts and saved
+    twice: "trained", transformer -> ner in fp32, and "sourced", the ner with its own copy of the transformer as
+    `assemble` sources it, in bf16."""
+    root = tmp_path_factory.mktemp("trf")
+    for form, precision in (("trained", "fp32"), ("sourced", "bf16")):
+        overrides = {"paths.transformer": str(tiny_bert), "components.transformer.model.cpu_precision": precision,
+                     "components.transformer.model.get_spans.window": 24,
+                     "components.transformer.model.get_spans.stride": 20}  # fmt: skip
+        config = load_config(REPO / "configs" / "ner_trf.cfg", overrides=overrides, interpolate=True)
+        nlp = load_model_from_config(config, auto_fill=True)
+        train = list(pubtator_to_docs(nlp, fixtures / "ncbi_train_sample.txt"))[:2]
+        nlp.initialize(lambda train=train, nlp=nlp: [Example(nlp.make_doc(d.text), d) for d in train])
+        if form == "sourced":
+            nlp.replace_listeners("transformer", "ner", ["model.tok2vec"])
+            nlp.remove_pipe("transformer")
+        nlp.to_disk(root / form)
+    return root
+
+
 def speed(*args: str) -> list[str]:
-    result = CliRunner().invoke(app, ["benchmark", "speed", *map(str, args)])
+    return benchmark("speed", *args)
+
+
+def benchmark(command: str, *args: str) -> list[str]:
+    result = CliRunner().invoke(app, ["benchmark", command, *map(str, args)])
     assert result.exit_code == 0, result.output
     return result.output.strip().splitlines()
+
+
+def components(lines: list[str]) -> dict[str, float]:
+    """The rows of `benchmark throughput`'s table: seconds by component."""
+    start = lines.index("| component | seconds | share |")
+    assert lines[start + 1] == "|---|---|---|"
+    rows = [line.strip("| ").split(" | ") for line in lines[start + 2 :] if line.startswith("| ")]
+    return {name: float(seconds) for name, seconds, _ in rows}
 
 
 @pytest.mark.parametrize("dense", [True, False])
@@ -59,23 +95,22 @@ def test_tfidf_links_each_text_to_its_nearest_name(dense):
     assert found == ["liver disease", "anemia", "breast cancer", "cystic fibrosis", "anemia"]
 
 
-def test_speed_prints_the_split_end_to_end_and_the_ratio_last(saved):
+def test_speed_prints_the_split_and_the_ratio_last(saved):
     test = saved.parent.parent / "corpus" / "test.spacy"
-    lines = speed(saved, test, "--passes", "1", "--end-to-end-passes", "1")
+    lines = speed(saved, test, "--passes", "1")
     assert re.fullmatch(r"ratio \d+\.\d\d", lines[-1])
     assert re.search(r"4 docs, \d+ gold mentions", lines[0])  # the 4 abstracts of corpus/test.spacy
     for part in ("encoding", "index search", "abbreviation_resolver", "composite_splitter", "concept_normalizer"):
         assert any(line.startswith(f"| {part}") for line in lines), part
-    assert any(re.fullmatch(r"end to end \(ner -> .* -> link_filter, cache off\): \d+\.\d docs/s", x) for x in lines)
+    assert not any("docs/s" in line for line in lines)  # `benchmark throughput`'s
     sparse = r"\(with scikit-learn's sparse argmax: [\d,]+, ratio \d+\.\d\d\)"
     assert re.fullmatch(rf"pipeline: [\d,]+ mentions/s; TF-IDF .*: [\d,]+ mentions/s {sparse}", lines[-2])
 
 
-def test_speed_gives_the_cost_of_the_components_left_out(saved, fixtures):
-    args = ["--passes", "1", "--end-to-end-passes", "1", "--without", "composite_splitter"]
-    lines = speed(saved, fixtures / "ncbi_test_sample.txt", *args)  # PubTator: its annotations are the mentions
+def test_speed_links_the_annotations_of_a_pubtator_file(saved, fixtures):
+    lines = speed(saved, fixtures / "ncbi_test_sample.txt", "--passes", "1")  # its annotations are the mentions
     assert re.search(r"4 docs, \d+ gold mentions", lines[0])
-    assert any(re.fullmatch(r"without composite_splitter: \d+\.\d docs/s \(their cost: -?\d+%\)", x) for x in lines)
+    assert re.fullmatch(r"ratio \d+\.\d\d", lines[-1])
 
 
 @pytest.mark.parametrize("suffix", [".jsonl", ".txt"])
@@ -86,7 +121,7 @@ def test_speed_over_documents_without_entities_times_what_the_recognizers_find(s
         srsly.write_jsonl(data, [{"id": i, "text": text} for i, text in enumerate(texts)])
     else:
         data.write_text("\n".join(texts) + "\n", encoding="utf-8")
-    lines = speed(saved, data, "--passes", "1", "--end-to-end-passes", "0")
+    lines = speed(saved, data, "--passes", "1")
     assert re.search(r"4 docs, [1-9]\d* recognized mentions", lines[0])  # the dictionary matcher finds MEDIC names
     assert re.fullmatch(r"ratio \d+\.\d\d", lines[-1])
 
@@ -97,6 +132,61 @@ def test_speed_refuses_a_pipeline_without_a_concept_normalizer(tmp_path, fixture
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 1
     assert "no concept_normalizer" in result.output
+
+
+def test_throughput_prints_docs_chars_and_each_components_share_and_no_floor_without_a_transformer(saved, tmp_path):
+    notes = (REPO / "docs" / "clinical_notes" / "whole" / "dev.jsonl").read_text(encoding="utf-8").splitlines()
+    data = tmp_path / "notes.jsonl"  # whole notes, {"note", "text", "spans"} a line: no "id"
+    data.write_text("\n".join(notes[:2]) + "\n", encoding="utf-8")
+    lines = benchmark("throughput", saved, data, "--passes", "1", "--output", tmp_path / "figures.json")
+    assert lines[-1] == "floor: none (the pipeline has no transformer)"
+    assert re.search(r": 2 docs, [\d,]+ characters; 1 pass, batch size \d+, 1 process; ", lines[0])
+    docs_per_second = r"\d+\.\d docs/s, [\d,]+ chars/s \(\d+\.\d{3} s a pass, median\)"
+    assert any(re.fullmatch(rf"pipeline \(ner -> .* -> link_filter, cache off\): {docs_per_second}", x) for x in lines)
+    rows = components(lines)
+    assert list(rows) == ["tokenizer", *PIPES, SPACY_SHARE]  # spaCy's ner, which cannot be wrapped, has its row
+    total = float(re.search(r"instrumented pass \((\d+\.\d{3}) s, one process\)", "\n".join(lines)).group(1))
+    assert sum(rows.values()) == pytest.approx(total, abs=0.0005 * (len(rows) + 1))
+    figures = srsly.read_json(tmp_path / "figures.json")
+    assert (figures["docs"], figures["floor"], "ratio" in figures) == (2, None, False)
+    assert figures["characters"] == sum(len(srsly.json_loads(note)["text"]) for note in notes[:2])
+    assert sum(figures["split_seconds"].values()) == pytest.approx(figures["split_total_seconds"])
+
+
+@pytest.mark.parametrize(
+    "form,pipes,precision", [("trained", ["transformer", "ner"], "fp32"), ("sourced", ["ner"], "bf16")]
+)
+def test_throughput_runs_the_floor_of_the_recognizers_transformer_and_prints_the_ratio_last(
+    trf_saved, fixtures, tmp_path, form, pipes, precision
+):
+    args = ["--passes", "2", "--batch-size", "2", "--output", tmp_path / "figures.json"]
+    lines = benchmark("throughput", trf_saved / form, fixtures / "ncbi_test_sample.txt", *args)
+    assert re.fullmatch(r"ratio \d+\.\d\d", lines[-1])
+    floor = re.fullmatch(
+        rf"floor: forward passes of the transformer in {pipes[0]} \({precision}; ([\d,]+) word pieces in "
+        r"([\d,]+) windows of up to 24\): \d+\.\d{3} s, \d+\.\d docs/s",
+        lines[-2],
+    )
+    assert floor, lines[-2]
+    pieces, windows = (int(group.replace(",", "")) for group in floor.groups())
+    assert windows * 22 >= pieces > (windows - 4) * 22  # 22 pieces a window but the last of each of the 4 abstracts
+    assert re.search(r": 4 docs, [\d,]+ characters; 2 passes, batch size 2, 1 process; ", lines[0])
+    assert list(components(lines)) == ["tokenizer", *pipes, SPACY_SHARE]
+    figures = srsly.read_json(tmp_path / "figures.json")
+    assert figures["floor"]["seconds"] > 0 and figures["floor"]["precisions"] == [precision]
+    assert figures["ratio"] == pytest.approx(figures["pipeline_seconds"] / figures["floor"]["seconds"])
+
+
+def test_throughput_refuses_a_missing_pipeline_and_data_without_text(saved, tmp_path):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text('{"note": "a", "spans": []}\n', encoding="utf-8")
+    for args, message in (
+        ([tmp_path / "nowhere", empty], "Error: "),
+        ([saved, empty], f"Error: no documents in {empty}"),
+    ):
+        result = CliRunner().invoke(app, ["benchmark", "throughput", *map(str, args)])
+        assert result.exit_code == 1
+        assert message in result.output
 
 
 def test_weight_refuses_a_mention_missing_from_its_text(saved):
@@ -120,10 +210,10 @@ def test_weight_prints_the_floor_each_component_and_above_floor_last(saved):
     assert re.search(r"saved pipeline on disk: \d+\.\d MB", result.output)
 
 
-def test_the_benchmark_group_lists_speed_and_weight():
+def test_the_benchmark_group_lists_speed_throughput_and_weight():
     result = CliRunner().invoke(app, ["benchmark", "--help"])
     assert result.exit_code == 0, result.output
-    assert "speed" in result.output and "weight" in result.output
+    assert all(command in result.output for command in ("speed", "throughput", "weight"))
 
 
 # --- the public hooks of the repo-root benchmarks -----------------------------------------------------------------

@@ -8,6 +8,7 @@ starts without loading spaCy, torch or FAISS.
 from . import (  # noqa: F401  (importing a command module registers its commands)
     annotate,
     benchmark_speed,
+    benchmark_throughput,
     benchmark_weight,
     cluster,
     evaluate,

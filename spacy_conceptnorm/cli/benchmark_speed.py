@@ -1,5 +1,4 @@
-"""`benchmark speed`: cold linking speed against brute-force TF-IDF in one process, where the time goes, and
-end-to-end documents/s.
+"""`benchmark speed`: cold linking speed against brute-force TF-IDF in one process, and where the time goes.
 
     python -m spacy_conceptnorm benchmark speed PIPELINE DATA [--passes 5]
 
@@ -20,8 +19,8 @@ One untimed pass of each comes first (it loads the encoder's weights).
 Each pass also makes a third, instrumented pass of the pipeline, with timers around each pipe's generator, the
 encoder's calls (`NameEncoder.encode`, `encode_queries`) and the vector index's searches (`VectorIndex.search`):
 the cold pass's time split into the text components, encoding, index search, the rest of the concept_normalizer
-(candidates, ranking, confidence), and spaCy's own share (`nlp.pipe` outside the pipes). Then the documents'
-texts go through the whole pipeline, the recognizer included (`--end-to-end-passes`, cache off): documents/s.
+(candidates, ranking, confidence), and spaCy's own share (`nlp.pipe` outside the pipes). The whole pipeline's
+documents/s, the recognizer included, is `benchmark throughput`'s.
 
 Medians over the passes; the last line is `ratio X`: the pipeline's mentions/s over TF-IDF's. docs/benchmarks.md
 has the figures of the shipped pipeline on NCBI-disease test.
@@ -33,7 +32,7 @@ import os
 import statistics
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -47,6 +46,7 @@ if TYPE_CHECKING:
     from spacy.tokens import Doc
 
 LINKING_PIPES = ("abbreviation_resolver", "composite_splitter", "concept_normalizer")  # factories
+SPACY_SHARE = "spaCy (nlp.pipe less the pipes)"  # the part of a pass that no pipe's generator spends
 
 
 class TfidfLinker:
@@ -119,45 +119,91 @@ def timers(seconds: dict[str, float]) -> Iterator[None]:
             setattr(cls, name, method)
 
 
-def linking_split(nlp: Language, docs: list[Doc], normalizer: str) -> dict[str, float]:
-    """Seconds per part of one cold `nlp.pipe` pass (see the module docstring). Each pipe's generator is timed
-    while it makes its next doc, which includes the pipes before it (it pulls its docs from theirs): a pipe's own
-    share is its time less theirs, and spaCy's is the pass's less the last pipe's. `normalizer`: the name of the
-    concept_normalizer, whose encoding and index search are reported apart from the rest of its time."""
-    seconds: dict[str, float] = defaultdict(float)
-    inclusive: dict[str, float] = defaultdict(float)
+def pipe_split(nlp: Language, docs: Iterable[Doc], batch_size: int | None = None) -> dict[str, float]:
+    """Seconds of one `nlp.pipe` pass over `docs`, by pipe, and spaCy's own (`SPACY_SHARE`).
 
-    def timed_pipe(name: str, pipe: Callable) -> Callable:
-        def wrapper(stream, **kwargs):
-            made = pipe(stream, **kwargs)
-            while True:
-                start = time.perf_counter()
-                doc = next(made, None)
-                inclusive[name] += time.perf_counter() - start
-                if doc is None:
-                    return
-                yield doc
+    Each pipe's generator is timed while it makes its next doc, which includes the pipes before it (it pulls its
+    docs from theirs): a pipe's own time is its time less theirs, and spaCy's is the pass's less the last pipe's, so
+    the values add up to the pass's time. A pipe whose `pipe` cannot be wrapped (an extension type, such as spaCy's
+    `ner`) is timed through the stream that the next pipe reads, or that `nlp.pipe` gives when it is the last; two
+    such pipes in a row make one row, "a + b".
+
+    nlp (Language): The pipeline, with the pipes to time enabled.
+    docs (Iterable[Doc]): The documents, made before the call (making them is not timed).
+    batch_size (Optional[int]): `nlp.pipe`'s batch size; None: the pipeline's.
+    RETURNS (dict[str, float]): Seconds by pipe name in the pipeline's order, then SPACY_SHARE.
+    """
+    names = nlp.pipe_names
+    inclusive = [0.0] * (len(names) + 1)  # [i]: the time spent making the docs that leave the i-th pipe
+    observed = [True] + [False] * len(names)  # [0]: the docs given, made before
+
+    def timed(stream: Iterator[Doc], after: int) -> Iterator[Doc]:
+        while True:
+            start = time.perf_counter()
+            doc = next(stream, None)
+            inclusive[after] += time.perf_counter() - start
+            if doc is None:
+                return
+            yield doc
+
+    def timed_pipe(i: int, pipe: Callable, input_too: bool) -> Callable:
+        def wrapper(stream: Iterable[Doc], **kwargs) -> Iterator[Doc]:
+            if input_too:  # the pipe before cannot be wrapped: time the docs it hands on here
+                stream = timed(iter(stream), i - 1)
+            return timed(iter(pipe(stream, **kwargs)), i)
 
         return wrapper
 
-    names = nlp.pipe_names
-    for name, proc in nlp.pipeline:
-        proc.pipe = timed_pipe(name, type(proc).pipe.__get__(proc))
+    def own_pipe(proc: Callable) -> Callable:
+        if hasattr(type(proc), "pipe"):
+            return type(proc).pipe.__get__(proc)
+        return lambda stream, **_: (proc(doc) for doc in stream)  # a function component
+
+    wrapped = []
+    for i, (_, proc) in enumerate(nlp.pipeline, 1):
+        try:
+            proc.pipe = timed_pipe(i, own_pipe(proc), not observed[i - 1])
+        except AttributeError:  # read-only
+            continue
+        wrapped.append(proc)
+        observed[i - 1] = observed[i] = True
+    last_wrapped, observed[-1] = observed[-1], True  # else the docs that `nlp.pipe` gives time the last pipe
     try:
-        with timers(seconds):
-            start = time.perf_counter()
-            list(nlp.pipe(docs))
-            total = time.perf_counter() - start
+        start = time.perf_counter()
+        made = nlp.pipe(docs, batch_size=batch_size)
+        list(made if last_wrapped else timed(made, len(names)))
+        total = time.perf_counter() - start
     finally:
-        for _, proc in nlp.pipeline:
+        for proc in wrapped:
             del proc.pipe
-    for before, name in zip([None, *names], names):
-        seconds[name] = inclusive[name] - (inclusive[before] if before else 0.0)
-    seconds[f"{normalizer}: the rest (candidates, ranking, confidence)"] = (
-        seconds.pop(normalizer) - seconds["encoding"] - seconds["index search"]
-    )
-    seconds["spaCy (nlp.pipe less the pipes)"] = total - inclusive[names[-1]]
-    return dict(seconds)
+    seconds, last = {}, 0
+    for i in range(1, len(names) + 1):
+        if observed[i]:
+            seconds[" + ".join(names[last:i])] = inclusive[i] - inclusive[last]
+            last = i
+    seconds[SPACY_SHARE] = total - inclusive[-1]
+    return seconds
+
+
+def linking_split(nlp: Language, docs: list[Doc], normalizer: str) -> dict[str, float]:
+    """Seconds per part of one cold `nlp.pipe` pass (see the module docstring): `pipe_split`'s, with the
+    concept_normalizer's encoding and index search reported apart from the rest of its time.
+
+    nlp (Language): The pipeline, with its linking pipes enabled.
+    docs (list[Doc]): The documents, their mentions marked.
+    normalizer (str): The name of the concept_normalizer.
+    """
+    apart = dict.fromkeys(timed_methods(), 0.0)
+    with timers(apart):
+        split = pipe_split(nlp, docs)
+    spacy_share = split.pop(SPACY_SHARE)
+    rest = split.pop(normalizer) - sum(apart.values())
+    return {
+        **apart,
+        **split,
+        f"{normalizer}: the rest (candidates, ranking, confidence)": rest,
+        SPACY_SHARE: spacy_share,
+    }
 
 
 def read_documents(nlp: Language, path: Path) -> list[Doc]:
@@ -192,14 +238,10 @@ def benchmark_speed(
     pipeline: str = typer.Argument(..., help="Pipeline directory or package with a concept_normalizer"),
     data: Path = typer.Argument(..., help="Documents: .spacy, PubTator, JSONL or plain text", exists=True),
     passes: int = typer.Option(5, min=1, help="Timed passes of each linker, taking turns"),
-    end_to_end_passes: int = typer.Option(3, min=0, help="Timed passes of the whole pipeline over the documents"),
     tfidf_batch: int = typer.Option(64, min=1, help="Mentions per TF-IDF sparse product"),
-    without: list[str] = typer.Option(
-        [], help="A component to leave out of alternate end-to-end passes, to give its cost (repeatable)"
-    ),
     output: Path = typer.Option(None, help="Write the figures as JSON here"),
 ) -> None:
-    """Cold linking speed against brute-force TF-IDF, where the time goes, and end-to-end documents/s.
+    """Cold linking speed against brute-force TF-IDF, and where the time goes.
 
     The mentions are DATA's entities, else those the pipeline's recognizers find. The last line is `ratio X`: the
     pipeline's mentions/s over TF-IDF's over the same KB names (docs/benchmarks.md).
@@ -270,20 +312,6 @@ def benchmark_speed(
         split_seconds=split,
         ratio=theirs / ours,
     )
-    if end_to_end_passes:
-        texts = [doc.text for doc in documents]
-        list(nlp.pipe(texts[:2]))  # untimed: the recognizer's first batch
-        seconds: dict[bool, list[float]] = {False: [], True: []}
-        for _ in range(end_to_end_passes):
-            for left_out in (False, True) if without else (False,):
-                with nlp.select_pipes(disable=without if left_out else []):
-                    start = time.perf_counter()
-                    list(nlp.pipe(texts))
-                    seconds[left_out].append(time.perf_counter() - start)
-        figures["end_to_end_docs_per_second"] = len(texts) / statistics.median(seconds[False])
-        if without:
-            figures["end_to_end_without"] = without
-            figures["end_to_end_docs_per_second_without"] = len(texts) / statistics.median(seconds[True])
     figures["load_average_after"] = os.getloadavg()[0]
 
     typer.echo(
@@ -297,15 +325,6 @@ def benchmark_speed(
     typer.echo("|---|---|---|")
     for part, value in split.items():
         typer.echo(f"| {part} | {value:.3f} | {100 * value / sum(split.values()):.0f}% |")
-    if end_to_end_passes:
-        typer.echo(
-            f"\nend to end ({' -> '.join(nlp.pipe_names)}, cache off): "
-            f"{figures['end_to_end_docs_per_second']:.1f} docs/s"
-        )
-        if without:
-            rate = figures["end_to_end_docs_per_second_without"]
-            cost = 1 - figures["end_to_end_docs_per_second"] / rate
-            typer.echo(f"without {', '.join(without)}: {rate:.1f} docs/s (their cost: {100 * cost:.0f}%)")
     typer.echo(
         f"\npipeline: {figures['pipeline_mentions_per_second']:,.0f} mentions/s; "
         f"TF-IDF (char 3-grams, brute force): {figures['tfidf_mentions_per_second']:,.0f} mentions/s "

@@ -65,7 +65,7 @@ def transformer_model(
     wrapper.shims[0] = CompactHFShim(
         wrapper.shims[0]._hfmodel, mixed_precision=mixed_precision, grad_scaler_config=dict(grad_scaler_config)
     )
-    if _runs_in_bf16(cpu_precision):
+    if runs_in_bf16(cpu_precision):
         forward = model._func
 
         def autocast_forward(model, docs, is_train):
@@ -150,11 +150,16 @@ def ner_steps(fp32: int, bf16: int, cpu_precision: str = "auto") -> int:
     bf16 (int): The steps.
     cpu_precision (str): The transformer's `cpu_precision`, checked as `transformer_model` checks it.
     """
-    _runs_in_bf16(cpu_precision)  # an unknown precision is still refused (E317)
+    runs_in_bf16(cpu_precision)  # an unknown precision is still refused (E317)
     return bf16
 
 
-def _runs_in_bf16(cpu_precision: str) -> bool:
+def runs_in_bf16(cpu_precision: str) -> bool:
+    """Whether a transformer of `spacy_conceptnorm.TransformerModel.v1` with this `cpu_precision` runs its forward
+    pass under bf16 autocast on CPU: "bf16", or "auto" where the CPU has native bf16 dot products.
+
+    cpu_precision (str): "auto", "bf16" or "fp32"; another value raises ConceptNormError (E317).
+    """
     if cpu_precision not in ("auto", "bf16", "fp32"):
         raise ConceptNormError(Errors.E317.format(precision=cpu_precision))
     return cpu_precision == "bf16" or (cpu_precision == "auto" and cpu_has_native_bf16())
