@@ -95,7 +95,7 @@ def clinical_context_name(nlp: Language) -> str:
     return names[0] if names else nlp.add_pipe("clinical_context").name
 
 
-def _rounds(spans: list[Span]) -> list[list[Span]]:
+def non_overlapping_groups(spans: list[Span]) -> list[list[Span]]:
     """The spans in as few groups as needed for no two spans of a group to overlap (doc.ents cannot overlap)."""
     rounds: list[list[Span]] = []
     for span in sorted(spans, key=lambda s: (s.start, -s.end)):
@@ -111,7 +111,7 @@ def predict_statuses(nlp: Language, context: str, text: str, spans: list[Annotat
     predicted = {}
     doc = nlp.make_doc(text)
     token_spans = {doc.char_span(s.start, s.end, alignment_mode="expand"): s for s in spans}
-    for group in _rounds(list(token_spans)):
+    for group in non_overlapping_groups(list(token_spans)):
         round_doc = nlp.make_doc(text)
         round_doc.ents = [Span(round_doc, s.start, s.end, label="ENTITY") for s in group]
         nlp.get_pipe(context)(round_doc)
