@@ -127,11 +127,11 @@ class ClinicalFindings(Pipe):
         self.name = name
         self.label = label
         self.findings = findings
-        self.kb_names = {t: n for t, n in {**CLINICAL_FINDINGS, **findings}.items() if n != "-"}
+        # lower-cased finding -> KB name (matched case-blind)
+        self.kb_names = {t.lower(): n for t, n in {**CLINICAL_FINDINGS, **findings}.items() if n != "-"}
         self.concepts: dict[str, str] = {}  # KB name -> concept id, found by `initialize`
         self.matcher = PhraseMatcher(nlp.vocab, attr="LOWER")
         self.matcher.add(name, list(nlp.tokenizer.pipe(self.kb_names)))
-        self.by_lower = {text.lower(): kb_name for text, kb_name in self.kb_names.items()}
 
     def initialize(self, get_examples: Callable[[], Iterable] | None = None, *, nlp: Language | None = None) -> None:
         """Look up the concept of each listed KB name in the KB of the pipeline's concept_normalizer (none: every
@@ -161,13 +161,13 @@ class ClinicalFindings(Pipe):
             return doc
         new = []
         for span in added:
-            kb_name = self.by_lower[span.text.lower()]
+            kb_name = self.kb_names[span.text.lower()]
             concept_id = self.concepts.get(kb_name, NIL) if kb_name else NIL
-            new.append(Span(doc, span.start, span.end, label=self.label, kb_id=concept_id))
-        doc.ents = sorted([*doc.ents, *new])
-        for ent in new:
+            new.append((Span(doc, span.start, span.end, label=self.label, kb_id=concept_id), kb_name))
+        doc.ents = sorted([*doc.ents, *(ent for ent, _ in new)])
+        for ent, kb_name in new:
             ent._.kb_ents = [] if ent.kb_id_ == NIL else [(ent.kb_id_, 1.0)]
-            ent._.kb_name = self.by_lower[ent.text.lower()]
+            ent._.kb_name = kb_name
             ent._.kb_stage = STAGE
         return doc
 

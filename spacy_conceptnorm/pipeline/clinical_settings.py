@@ -85,11 +85,11 @@ def use_clinical_settings(nlp: Language) -> list[str]:
     nlp (Language): The pipeline.
     RETURNS (List[str]): The names of the components changed or added.
     """
-    added = [add_clinical_abbreviations(nlp)]
+    abbreviations = add_clinical_abbreviations(nlp)
     findings = add_clinical_findings(nlp)
     if findings:
         nlp.get_pipe(findings).initialize(lambda: [], nlp=nlp)
-    changed = [name for name in (*added, findings) if name]
+    changed = [name for name in (abbreviations, findings) if name]
     for name in nlp.pipe_names:
         settings = CLINICAL_SETTINGS.get(nlp.get_pipe_meta(name).factory, {})
         component = nlp.get_pipe(name)
