@@ -250,6 +250,17 @@ def test_evaluate_counts_by_hand(tmp_path):
         "recognized_with_concept_id": 2,
         "linked_right": 1,  # chest pain; breast cancer's annotated id is another
     }
+    # the three found are conditions; "cough" has no cue for its annotated "uncertain"
+    assert result["found"] == {"entities": 3, "conditions": 3, "status_right": 2}
+
+
+def test_evaluate_counts_entities_on_no_annotated_span(tmp_path):
+    """An entity found where nothing is annotated lowers the precision and has no status to be right or wrong."""
+    text = "Denies fever. Discussed cough medicine."
+    records = [{"text": text, "start": 7, "end": 12, "status": "negated"}]
+    nlp = ruler_pipeline(terms=["fever", "cough"])
+    result = evaluate_assertions(nlp, _spans(records, tmp_path / "spans.jsonl"))
+    assert result["found"] == {"entities": 2, "conditions": 1, "status_right": 1}
 
 
 def test_evaluate_assertion_cli(tmp_path, nlp):
@@ -467,6 +478,33 @@ def test_clinical_findings_adds_the_findings_no_entity_holds(tmp_path):
     (tmp_path / "p" / "clinical_findings" / "concepts.json").write_text("[1, 2]")
     with pytest.raises(ConceptNormError, match=r"E413.*concepts\.json"):
         spacy.load(tmp_path / "p")
+
+
+def test_clinical_findings_reads_shorthand_lists_and_phrases():
+    """Each item of a shorthand list of findings is one; a list with another item ("c/d/i": clean, dry, intact) or
+    of only ambiguous items ("d/c": discharge) is none; the phrases of the patterns are findings whole."""
+    nlp = spacy.blank("en")
+    nlp.add_pipe("clinical_findings")
+    text = (
+        "CV: No m/r/g. ROS: denies n/v/d. Wound c/d/i, d/c home. Blood in her stool, difficulty swallowing, "
+        "her blood pressure was still elevated and decreased range of motion."
+    )
+    # spaCy's English tokenizer keeps a single letter's full stop: "g.", "d."
+    assert [e.text for e in nlp(text).ents] == [
+        "m", "r", "g.", "n", "v", "d.", "Blood in her stool", "difficulty swallowing",
+        "blood pressure was still elevated", "decreased range of motion",
+    ]  # fmt: skip
+
+
+def test_clinical_findings_removes_condition_words_of_another_sense():
+    """A title, the Allergies heading and a word that names a place or a product with the noun after it are not
+    conditions, whatever the KB says; the same words as conditions stay."""
+    nlp = ruler_pipeline(["emergency", "shingles", "allergies", "mrs", "cough"], context=False)
+    nlp.add_pipe("clinical_findings")
+    text = "ALLERGIES\nNone.\nMrs X came to the emergency room for cough; shingles vaccine given. Has shingles."
+    assert [e.text for e in nlp(text).ents] == ["cough", "shingles"]
+    assert [e.text for e in nlp("She denies allergies.").ents] == ["allergies"]
+    assert [e.text for e in nlp("Allergies: none.").ents] == []
 
 
 def test_clinical_findings_setting_is_checked():

@@ -72,13 +72,13 @@ def test_a_definition_in_the_text_wins_over_the_list():
 def test_your_own_abbreviations_add_to_the_list_and_take_out_of_it(tmp_path):
     nlp = spacy.blank("en")
     nlp.add_pipe("abbreviation_resolver")
-    own = {"COPD": "chronic obstructive pulmonary disease", "SOB": None, "CHF": "heart failure"}
+    own = {"ESRD": "end stage renal disease", "SOB": None, "CHF": "heart failure"}
     nlp.add_pipe("clinical_abbreviations", config={"abbreviations": own})
     nlp.to_disk(tmp_path / "p")
     loaded = spacy.load(tmp_path / "p")  # the setting travels in the config
-    doc = loaded("Known COPD and CHF, now SOB and HTN.")
+    doc = loaded("Known ESRD and CHF, now SOB and HTN.")
     assert [(e.text, e._.long_form) for e in doc.ents] == [
-        ("COPD", "chronic obstructive pulmonary disease"),
+        ("ESRD", "end stage renal disease"),
         ("CHF", "heart failure"),
         ("HTN", "hypertension"),  # the list's own, kept
     ]

@@ -45,8 +45,8 @@ def evaluate_assertion(
     output: Path = typer.Option(None, "--output", help="Also write the report here (JSON)"),
     clinical_recall: bool = typer.Option(False, help="Turn on the settings for clinical notes (docs/clinical.md)"),
 ) -> None:
-    """Assertion status on your annotated clinical text: per status precision/recall (on the annotated spans), and
-    how many of the spans the pipeline recognized and linked."""
+    """Assertion status on your annotated clinical text: per status precision/recall (on the annotated spans), how
+    many of the spans the pipeline recognized and linked, and the precision and status of the entities it found."""
     from ..errors import ConceptNormError
     from ..evaluation.assertion import evaluate_assertions, read_annotated_spans
     from ..io.files import write_json
@@ -71,6 +71,10 @@ def evaluate_assertion(
         found = f"recognized {rec['recognized_with_concept_id']} ({100 * rec['recognized_with_concept_id'] / m:.1f}%)"
         typer.echo(f"of the {m} spans with a concept id: {found}, linked right {rec['linked_right']} "
                    f"({100 * rec['linked_right'] / m:.1f}%)")  # fmt: skip
+    if e := report["found"]["entities"]:
+        c, right = report["found"]["conditions"], report["found"]["status_right"]
+        typer.echo(f"of the {e} entities found: {c} on an annotated span (precision {100 * c / e:.1f}%), "
+                   f"status right for {right} ({100 * right / max(c, 1):.1f}%)")  # fmt: skip
     if output:
         write_json(output, report)
         typer.echo(f"-> {output}")

@@ -11,10 +11,11 @@ Two things are measured, apart:
 - the status, on the annotated spans themselves: each document is tokenized, its annotated spans made its
   entities, and the pipeline's `clinical_context` run over it, so a span the recognizer missed still counts; per
   status precision, recall and F1, the accuracy over all spans and the confusion of gold and predicted status;
-- recognition and linking: the pipeline up to `clinical_context` runs on each text; a span is recognized if an
-  entity overlaps it (`exact`: the entity that overlaps it most has the same offsets), linked if that entity has a
-  concept id, and linked right if an entity that overlaps it is linked to the span's concept id (counted over the
-  spans that give one).
+- recognition, linking and the status of what was found: the whole pipeline runs on each text; a span is recognized
+  if an entity overlaps it (`exact`: the entity that overlaps it most has the same offsets), linked if that entity
+  has a concept id, and linked right if an entity that overlaps it is linked to the span's concept id (counted over
+  the spans that give one). Each entity found is a condition if it overlaps an annotated span (the precision of
+  recognition), and its status is right if it is the status of the span it overlaps most.
 """
 
 from __future__ import annotations
@@ -134,8 +135,9 @@ def evaluate_assertions(nlp: Language, spans: list[AnnotatedSpan], batch_size: i
     spans (List[AnnotatedSpan]): The annotated spans (`read_annotated_spans`).
     batch_size (int): Texts per `nlp.pipe` batch.
     RETURNS (dict): `spans`, `accuracy`, `statuses` (per status: support, predicted, precision, recall, f1),
-        `confusion` (gold status -> predicted status -> count) and `recognition` (recognized, exact, linked,
-        with_concept_id, recognized_with_concept_id, linked_right).
+        `confusion` (gold status -> predicted status -> count), `recognition` (recognized, exact, linked,
+        with_concept_id, recognized_with_concept_id, linked_right) and `found` (entities: found in all; conditions:
+        those that overlap an annotated span; status_right: of those, the ones with the span's status).
     """
     context = clinical_context_name(nlp)
     by_text: dict[str, list[AnnotatedSpan]] = defaultdict(list)
@@ -159,23 +161,30 @@ def evaluate_assertions(nlp: Language, spans: list[AnnotatedSpan], batch_size: i
         statuses[status] = {"support": support, "predicted": predicted, **_prf(tp, predicted - tp, support - tp)}
 
     counts = Counter()
-    with nlp.select_pipes(disable=[context]):
-        for text, doc in zip(texts, nlp.pipe(texts, batch_size=batch_size), strict=True):
-            for s in by_text[text]:
-                overlap = [(min(e.end_char, s.end) - max(e.start_char, s.start), e) for e in doc.ents]
-                overlap = [(n, e) for n, e in overlap if n > 0]
-                if not overlap:
-                    continue
-                ent = max(overlap, key=lambda x: x[0])[1]
-                counts["recognized"] += 1
-                counts["recognized_with_concept_id"] += s.concept_id is not None
-                counts["exact"] += (ent.start_char, ent.end_char) == (s.start, s.end)
-                counts["linked"] += ent.kb_id_ not in ("", NIL)
-                counts["linked_right"] += s.concept_id is not None and any(e.kb_id_ == s.concept_id for _, e in overlap)
+    for text, doc in zip(texts, nlp.pipe(texts, batch_size=batch_size), strict=True):
+        for ent in doc.ents:
+            counts["entities"] += 1
+            overlap = [(min(ent.end_char, s.end) - max(ent.start_char, s.start), s) for s in by_text[text]]
+            overlap = [(n, s) for n, s in overlap if n > 0]
+            if overlap:
+                counts["conditions"] += 1
+                counts["status_right"] += ent._.assertion == max(overlap, key=lambda x: x[0])[1].status
+        for s in by_text[text]:
+            overlap = [(min(e.end_char, s.end) - max(e.start_char, s.start), e) for e in doc.ents]
+            overlap = [(n, e) for n, e in overlap if n > 0]
+            if not overlap:
+                continue
+            ent = max(overlap, key=lambda x: x[0])[1]
+            counts["recognized"] += 1
+            counts["recognized_with_concept_id"] += s.concept_id is not None
+            counts["exact"] += (ent.start_char, ent.end_char) == (s.start, s.end)
+            counts["linked"] += ent.kb_id_ not in ("", NIL)
+            counts["linked_right"] += s.concept_id is not None and any(e.kb_id_ == s.concept_id for _, e in overlap)
     recognition = {k: counts[k] for k in ("recognized", "exact", "linked")}
     recognition["with_concept_id"] = sum(s.concept_id is not None for s in spans)
     recognition["recognized_with_concept_id"] = counts["recognized_with_concept_id"]
     recognition["linked_right"] = counts["linked_right"]
+    found = {k: counts[k] for k in ("entities", "conditions", "status_right")}
     return {
         "spans": len(spans),
         "texts": len(texts),
@@ -183,4 +192,5 @@ def evaluate_assertions(nlp: Language, spans: list[AnnotatedSpan], batch_size: i
         "statuses": statuses,
         "confusion": {g: dict(row) for g, row in confusion.items()},
         "recognition": recognition,
+        "found": found,
     }

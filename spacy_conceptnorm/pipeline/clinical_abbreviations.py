@@ -21,7 +21,9 @@ from .abbreviation_resolver import expand_short_form, find_occurrences, without_
 # the linker finds it. An abbreviation with another frequent sense is left out: in notes PE (physical exam), RA
 # (room air), MS (mental status), CP, CA, ED, HA, AS, AF; in the literature DM and DM1 (myotonic dystrophy).
 CLINICAL_ABBREVIATIONS: dict[str, str] = {
+    "AAA": "abdominal aortic aneurysm",
     "ACS": "acute coronary syndrome",
+    "AFIB": "atrial fibrillation",
     "AFib": "atrial fibrillation",
     "Afib": "atrial fibrillation",
     "afib": "atrial fibrillation",
@@ -31,9 +33,11 @@ CLINICAL_ABBREVIATIONS: dict[str, str] = {
     "CAD": "coronary artery disease",
     "CHF": "congestive heart failure",
     "CKD": "chronic kidney disease",
+    "COPD": "chronic obstructive pulmonary disease",
     "CVA": "stroke",
     "DM2": "type 2 diabetes mellitus",
     "DVT": "deep vein thrombosis",
+    "GERD": "gastroesophageal reflux",
     "GIB": "gastrointestinal hemorrhage",
     "HCV": "hepatitis C",
     "HF": "heart failure",
@@ -45,6 +49,7 @@ CLINICAL_ABBREVIATIONS: dict[str, str] = {
     "OA": "osteoarthritis",
     "OSA": "obstructive sleep apnea",
     "PAD": "peripheral arterial disease",
+    "PCOS": "polycystic ovary syndrome",
     "PNA": "pneumonia",
     "PVD": "peripheral vascular disease",
     "SOB": "shortness of breath",
@@ -52,6 +57,7 @@ CLINICAL_ABBREVIATIONS: dict[str, str] = {
     "T2DM": "type 2 diabetes mellitus",
     "TIA": "transient ischemic attack",
     "UTI": "urinary tract infection",
+    "VUR": "vesico-ureteral reflux",
 }
 
 
@@ -81,7 +87,7 @@ class ClinicalAbbreviations(Pipe):
         label (str): The label of the entities it adds.
         abbreviations (Optional[Dict[str, Optional[str]]]): Your own short forms and their long forms, added to
             `CLINICAL_ABBREVIATIONS` (one of its short forms given here takes the long form given; None leaves it
-            out), e.g. {"COPD": "chronic obstructive pulmonary disease", "MI": None}.
+            out), e.g. {"ESRD": "end stage renal disease", "MI": None}.
         """
         abbreviations = dict(abbreviations or {})
         for short, long in abbreviations.items():

@@ -1,12 +1,19 @@
-"""Clinical findings: the signs and symptoms that notes name with words no KB name is.
+"""Clinical findings: the signs and symptoms that notes name with words no KB name is, and the condition words
+that notes use in another sense.
 
 A clinical note's review of systems and examination name findings in the clinician's words: "no murmurs, rubs
-or gallops", "wheezes", "JVD", "tenderness", "tingling". The recognizer, trained on abstracts, misses most of them,
-and the KB names them otherwise ("Heart Murmurs", "Paresthesia") or not at all. The `clinical_findings`
-component, after `link_filter`, knows a short list of such findings (`CLINICAL_FINDINGS`) and makes an entity of
-each occurrence that no entity overlaps, linked to the concept of the KB name listed beside it (looked up in the
-concept_normalizer's KB by `initialize`), or NIL where the KB has none. The status of each (negated, ...) is
-`clinical_context`'s, as for any entity.
+or gallops", "wheezes", "JVD", "tenderness", "pain", "difficulty swallowing", "blood in her stool", and in
+shorthand, "no m/r/g", "denies n/v/d". The recognizer, trained on abstracts, misses most of them, and the KB names
+them otherwise ("Heart Murmurs", "Paresthesia") or not at all. The `clinical_findings` component, after
+`link_filter`, knows a short list of such findings (`CLINICAL_FINDINGS`, the phrases of `FINDING_PATTERNS` and
+the items of `SHORTHAND` lists) and makes an entity of each occurrence that no entity overlaps, linked to the
+concept of the KB name listed beside it (looked up in the concept_normalizer's KB by `initialize`), or NIL where
+the KB has none.
+
+It also removes the entities that are a condition word in a note's other sense: a title ("Mrs", which names a
+condition in MEDIC), the "Allergies" heading, and a word that names a place, test, treatment or product with the
+noun after it ("emergency room", "pulmonary function test", "shingles vaccine", "scar gel"). The status of each
+entity (negated, ...) is `clinical_context`'s.
 """
 
 from __future__ import annotations
@@ -16,20 +23,21 @@ from pathlib import Path
 
 import srsly
 from spacy.language import Language
-from spacy.matcher import PhraseMatcher
+from spacy.matcher import Matcher, PhraseMatcher
 from spacy.pipeline import Pipe
-from spacy.tokens import Doc, Span
+from spacy.tokens import Doc, Span, Token
 from spacy.util import ensure_path, filter_spans
 
 from ..errors import ConceptNormError, Errors
 from . import concept_normalizer  # noqa: F401  (registers the span extensions it sets: kb_ents, kb_name, ...)
+from .clinical_context import is_heading
 
 NIL = "NIL"
 STAGE = "clinical_findings"  # `ent._.kb_stage` of the entities it adds
 # Findings of the review of systems and the examination, written for this package from common clinical usage, and
 # the KB name (MEDIC) of each one's concept, or None where MEDIC has none. Matched case-blind on whole tokens. A
-# word with a frequent other sense in notes is left out: "mass" (body mass), "lesion", "discharge", "frequency",
-# "urgency", "tired".
+# word with a frequent other sense in notes is left out: "mass" (body mass), "discharge", "frequency", "urgency",
+# "tired", "flare", "abnormalities".
 CLINICAL_FINDINGS: dict[str, str | None] = {
     "murmur": "heart murmur",
     "murmurs": "heart murmur",
@@ -88,7 +96,127 @@ CLINICAL_FINDINGS: dict[str, str | None] = {
     "nodules": None,
     "depression": "depressive disorder",
     "diabetes": "diabetes mellitus",
+    "pain": "pain",
+    "pains": "pain",
+    "painful": "pain",
+    "aches": None,
+    "soreness": None,
+    "itching": "pruritus",
+    "itch": "pruritus",
+    "redness": "erythema",
+    "warmth": None,
+    "numbness": "hypesthesia",
+    "infection": "infection",
+    "infections": "infection",
+    "seizure": "seizures",
+    "seizures": "seizures",
+    "bleeding": "hemorrhage",
+    "nausea": "nausea",
+    "nauseated": "nausea",
+    "vomiting": "vomiting",
+    "vomited": "vomiting",
+    "constipated": "constipation",
+    "bloated": None,
+    "swollen": None,
+    "distended": None,
+    "distension": None,
+    "distention": None,
+    "enlarged": None,
+    "masses": None,
+    "lump": None,
+    "lumps": None,
+    "adenopathy": None,
+    "lymphadenopathy": "lymphatic diseases",
+    "exudate": None,
+    "purulence": None,
+    "fluctuance": None,
+    "short of breath": "dyspnea",
+    "flu-like symptoms": None,
+    "flu like symptoms": None,
+    "sob": "dyspnea",
+    "heart attack": "myocardial infarction",
+    "neuropathy": None,
+    "lesion": None,
+    "lesions": None,
+    "flares": None,
+    "flare-ups": None,
+    "flare ups": None,
+    "extra heart sounds": None,
 }
+
+# Findings that notes write as a phrase with a few variants: spaCy Matcher token patterns, none with a concept.
+_DIFFICULTY = "difficulty difficulties trouble problems inability unable".split()
+_ACTS = """swallowing swallow breathing breathe sleeping sleep speaking walking walk urinating feeding feed tolerate
+concentrating waking ambulation ambulating chewing hearing seeing""".split()
+_ABNORMAL = "pap labs lab ekg ecg mammogram findings finding bleeding menstrual uterine gait".split()
+_RESULT = "smear finding findings bleeding results".split()
+_HIGH_LOW = "elevated high low increased decreased reduced abnormal raised".split()
+_LABS = [
+    *"cholesterol glucose sugar sugars creatinine hemoglobin a1c tsh triglycerides testosterone potassium".split(),
+    *"sodium calcium wbc platelets lfts labs lab psa bilirubin".split(),
+    *("blood pressure", "blood sugar", "blood glucose", "hemoglobin a1c", "alkaline phosphatase", "alkaline phosphate"),
+    *("white count", "liver enzymes"),
+    "ejection fraction",
+]
+_LESS = "decreased diminished limited restricted reduced poor".split()
+_CHANGE = "decrease increase loss".split()
+_FUNCTIONS = [
+    *"rom sensation flexion extension appetite feeding strength hearing vision".split(),
+    *("range of motion", "range of movement", "grip strength", "wet diapers", "urine output", "breath sounds"),
+]
+_IS = "is was were are has have :".split()
+_LEVEL = ["level", "levels"]
+_ADVERBS = "been still slightly mildly markedly always also today".split()
+_HIGH = "elevated high low raised abnormal up".split()
+FINDING_PATTERNS: list[list[dict]] = [
+    # "blood in her stool", "blood with stool"
+    [{"LOWER": "blood"}, {"LOWER": {"IN": ["in", "with"]}}, {"LOWER": {"IN": ["her", "his", "the"]}, "OP": "?"},
+     {"LOWER": {"IN": ["stool", "stools", "urine", "sputum", "vomit"]}}],
+    # "difficulty swallowing", "trouble with sleeping", "unable to tolerate"
+    [{"LOWER": {"IN": _DIFFICULTY}}, {"LOWER": {"IN": ["with", "to"]}, "OP": "?"}, {"LOWER": {"IN": _ACTS}}],
+    # "an abnormal pap smear", "abnormal labs"
+    [{"LOWER": "abnormal"}, {"LOWER": {"IN": _ABNORMAL}}, {"LOWER": {"IN": _RESULT}, "OP": "?"}],
+    # "elevated blood pressure", "low TSH levels", "decreased ejection fraction"
+    *([{"LOWER": {"IN": _HIGH_LOW}}, *({"LOWER": w} for w in lab.split()), {"LOWER": {"IN": _LEVEL}, "OP": "?"}]
+      for lab in _LABS),
+    # "her blood pressure was still elevated", "cholesterol levels were slightly elevated", "blood pressure: elevated"
+    *([*({"LOWER": w} for w in lab.split()), {"LOWER": {"IN": _LEVEL}, "OP": "?"}, {"LOWER": {"IN": _IS}, "OP": "?"},
+       {"LOWER": {"IN": _ADVERBS}, "OP": "*"}, {"LOWER": {"IN": _HIGH}}] for lab in _LABS),
+    # "decreased range of motion", "diminished sensation"
+    *([{"LOWER": {"IN": _LESS}}, *({"LOWER": w} for w in f.split())] for f in _FUNCTIONS),
+    # "a decrease in appetite", "loss of appetite"
+    *([{"LOWER": {"IN": _CHANGE}}, {"LOWER": {"IN": ["in", "of"]}}, *({"LOWER": w} for w in f.split())]
+      for f in _FUNCTIONS),
+]  # fmt: skip
+
+# The items of the shorthand lists of the review of systems and the examination ("no m/r/g", "denies n/v/d",
+# "no f/c/ns", "cp/sob"): each item of a slash list whose items are all here is a finding. A list of only "d", "c"
+# and "w" is left out: "d/c" (discharge), "w/d" (warm and dry).
+SHORTHAND: dict[str, str | None] = {
+    "m": "heart murmur",
+    "r": None,
+    "g": None,
+    "w": "wheezing",
+    "n": "nausea",
+    "v": "vomiting",
+    "d": "diarrhea",
+    "c": None,
+    "f": "fever",
+    "ns": None,
+    "cp": "chest pain",
+    "sob": "dyspnea",
+}
+SHORTHAND_AMBIGUOUS = frozenset({"d", "c", "w"})
+
+# Words that are not a condition the patient has, whatever the KB says: titles, and the nouns after a condition
+# word that make it the name of a place, a test, a treatment or a product.
+TITLES = frozenset({"mr", "mrs", "ms", "miss", "dr"})
+OTHER_SENSE_HEADS = frozenset({
+    "room", "department", "dept", "vaccine", "vaccines", "vaccination", "shot", "test", "tests", "testing", "gel",
+    "cream", "ointment", "massage", "treatment", "treatments", "clinic", "service", "unit", "biopsy", "biopsies",
+    "specialist", "team", "medicine", "medicines", "medication", "medications",
+})  # fmt: skip
+HEADINGS = frozenset({"allergies", "allergy"})
 
 
 class ClinicalFindings(Pipe):
@@ -132,6 +260,8 @@ class ClinicalFindings(Pipe):
         self.concepts: dict[str, str] = {}  # KB name -> concept id, found by `initialize`
         self.matcher = PhraseMatcher(nlp.vocab, attr="LOWER")
         self.matcher.add(name, list(nlp.tokenizer.pipe(self.kb_names)))
+        self.patterns = Matcher(nlp.vocab)
+        self.patterns.add(name, FINDING_PATTERNS)
 
     def initialize(self, get_examples: Callable[[], Iterable] | None = None, *, nlp: Language | None = None) -> None:
         """Look up the concept of each listed KB name in the KB of the pipeline's concept_normalizer (none: every
@@ -152,24 +282,53 @@ class ClinicalFindings(Pipe):
         """Apply the component to a doc.
 
         doc (Doc): The document, its entities linked.
-        RETURNS (Doc): The same doc, with the findings that no entity overlapped added as entities.
+        RETURNS (Doc): The same doc, without the entities of another sense, and with the findings that no entity
+            overlapped added as entities.
         """
-        taken = [(ent.start, ent.end) for ent in doc.ents]
-        found = filter_spans([Span(doc, start, end) for _, start, end in self.matcher(doc)])
-        added = [span for span in found if not any(span.start < e and s < span.end for s, e in taken)]
-        if not added:
+        kept = [ent for ent in doc.ents if not self.other_sense(ent)]
+        found = self.findings_in(doc)
+        taken = [(ent.start, ent.end) for ent in kept]
+        added = [
+            span
+            for span in filter_spans(list(found))
+            if not any(span.start < e and s < span.end for s, e in taken) and not self.other_sense(span)
+        ]
+        if not added and len(kept) == len(doc.ents):
             return doc
         new = []
         for span in added:
-            kb_name = self.kb_names[span.text.lower()]
+            kb_name = found[span]
             concept_id = self.concepts.get(kb_name, NIL) if kb_name else NIL
             new.append((Span(doc, span.start, span.end, label=self.label, kb_id=concept_id), kb_name))
-        doc.ents = sorted([*doc.ents, *(ent for ent, _ in new)])
+        doc.ents = sorted([*kept, *(ent for ent, _ in new)])
         for ent, kb_name in new:
             ent._.kb_ents = [] if ent.kb_id_ == NIL else [(ent.kb_id_, 1.0)]
             ent._.kb_name = kb_name
             ent._.kb_stage = STAGE
         return doc
+
+    def findings_in(self, doc: Doc) -> dict[Span, str | None]:
+        """The findings of a doc (listed, by pattern and in shorthand lists), each with the KB name of its concept.
+
+        doc (Doc): The document.
+        RETURNS (Dict[Span, Optional[str]]): Each finding's span and KB name (None: no concept).
+        """
+        found: dict[Span, str | None] = {}
+        for _, start, end in self.patterns(doc):
+            found[Span(doc, start, end)] = None
+        for _, start, end in self.matcher(doc):
+            found[Span(doc, start, end)] = self.kb_names[doc[start:end].text.lower()]
+        for token in shorthand_items(doc):
+            found[doc[token.i : token.i + 1]] = SHORTHAND[token.lower_.rstrip(".")]
+        return found
+
+    def other_sense(self, span: Span) -> bool:
+        """Whether an entity is a condition word in another sense: a title, the "Allergies" heading, or the
+        modifier of the noun after it ("emergency room", "shingles vaccine")."""
+        doc, text = span.doc, span.text.lower()
+        if text in TITLES or (text.rstrip(":") in HEADINGS and is_heading(doc, span.start, span.end)):
+            return True
+        return span.end < len(doc) and doc[span.end].lower_ in OTHER_SENSE_HEADS
 
     def to_bytes(self, *, exclude: Iterable[str] = ()) -> bytes:
         """Serialize the concepts found by `initialize`."""
@@ -207,3 +366,24 @@ class ClinicalFindings(Pipe):
 def make_clinical_findings(nlp: Language, name: str, label: str, findings: dict[str, str | None]) -> ClinicalFindings:
     """Create a ClinicalFindings component (see its docstring for the settings)."""
     return ClinicalFindings(nlp, name, label=label, findings=findings)
+
+
+def shorthand_items(doc: Doc) -> list[Token]:
+    """The items of a doc's shorthand lists: the words of a run "a/b[/c...]", written without spaces, whose items
+    are all `SHORTHAND` items (a trailing full stop aside), not all of them `SHORTHAND_AMBIGUOUS`.
+
+    doc (Doc): The document.
+    RETURNS (List[Token]): The item tokens, in doc order.
+    """
+    items: list[Token] = []
+    i = 0
+    while i < len(doc):
+        words, j = [doc[i]], i
+        while j + 2 < len(doc) and doc[j + 1].text == "/" and not doc[j].whitespace_ and not doc[j + 1].whitespace_:
+            words.append(doc[j + 2])
+            j += 2
+        keys = [t.lower_.rstrip(".") for t in words]
+        if len(words) >= 2 and all(k in SHORTHAND for k in keys) and not set(keys) <= SHORTHAND_AMBIGUOUS:
+            items.extend(words)
+        i = j + 1
+    return items
