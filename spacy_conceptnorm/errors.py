@@ -117,6 +117,10 @@ class Errors(metaclass=ErrorsWithCodes):
     E622 = "{path}:{line}: not an assertion record ({detail})."
     E624 = "{component}: unknown sentence splitter {value!r}; choose one of {choices}."
     E623 = "{path} holds no assertion record: nothing to evaluate."
+    E625 = (
+        "The ConText rule {rule!r} has a regular expression for its pattern or an on_match callback, which "
+        "clinical_context's cue matcher does not run: give it a literal or a token pattern."
+    )
     # annotate command (E801 is a warning, or an error with --strict; E806 is a warning)
     E801 = "{path}:{line}: {problem}"
     E802 = "Unknown {what} format {fmt!r}; choose one of {choices}."

@@ -57,7 +57,9 @@ def trf_saved(tiny_bert, fixtures, tmp_path_factory):
     for form, precision in (("trained", "fp32"), ("sourced", "bf16")):
         overrides = {"paths.transformer": str(tiny_bert), "components.transformer.model.cpu_precision": precision,
                      "components.transformer.model.get_spans.window": 24,
-                     "components.transformer.model.get_spans.stride": 20}  # fmt: skip
+                     "components.transformer.model.get_spans.stride": 20,
+                     "components.transformer.model.predict_spans.window": 24,
+                     "components.transformer.model.predict_spans.stride": 22}  # fmt: skip
         config = load_config(REPO / "configs" / "ner_trf.cfg", overrides=overrides, interpolate=True)
         nlp = load_model_from_config(config, auto_fill=True)
         train = list(pubtator_to_docs(nlp, fixtures / "ncbi_train_sample.txt"))[:2]
@@ -174,7 +176,8 @@ def test_throughput_runs_the_floor_of_the_recognizers_transformer_and_prints_the
     assert list(components(lines)) == ["tokenizer", *pipes, SPACY_SHARE]
     figures = srsly.read_json(tmp_path / "figures.json")
     assert figures["floor"]["seconds"] > 0 and figures["floor"]["precisions"] == [precision]
-    assert figures["ratio"] == pytest.approx(figures["pipeline_seconds"] / figures["floor"]["seconds"])
+    ratios = [run["pipeline_seconds"] / run["floor_seconds"] for run in figures["passes"]]
+    assert min(ratios) <= figures["ratio"] <= max(ratios)  # the ratio of a pass: each runs both, one after the other
 
 
 def test_throughput_refuses_a_missing_pipeline_and_data_without_text(saved, tmp_path):

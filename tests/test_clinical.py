@@ -19,7 +19,7 @@ from spacy_conceptnorm.cli import app
 from spacy_conceptnorm.errors import ConceptNormError
 from spacy_conceptnorm.evaluation.assertion import evaluate_assertions, predict_statuses, read_annotated_spans
 from spacy_conceptnorm.evaluation.gold import gold_linking_off
-from spacy_conceptnorm.pipeline.clinical_context import ClinicalContext, token_pattern
+from spacy_conceptnorm.pipeline.clinical_context import ClinicalContext, CueMatcher, token_pattern, written_out
 
 from .conftest import FIXTURES
 
@@ -184,6 +184,61 @@ def test_cue_words_make_token_patterns():
     ]
     assert token_pattern("?") == [{"LOWER": {"IN": ["?"]}}]
     assert token_pattern("in shape:dddd") == [{"LOWER": {"IN": ["in"]}}, {"SHAPE": "dddd", **within}]
+
+
+def test_token_patterns_of_words_are_written_out_as_phrases():
+    pattern = [
+        {"LOWER": "no"},
+        {"LOWER": {"IN": ["new", "other"]}, "OP": "?"},
+        {"LOWER": "evidence", "IS_SENT_START": False},
+    ]
+    assert written_out(pattern, 100) == {
+        (False, False, True): [("no", "new", "evidence"), ("no", "other", "evidence")],
+        (False, True): [("no", "evidence")],
+    }
+    assert written_out([{"LOWER": "in"}, {"SHAPE": "dddd"}], 100) is None  # not words
+    many = [{"LOWER": {"IN": [str(i) for i in range(10)]}}] * 3
+    assert written_out(many, 999) is None and len(written_out(many, 1000)[(False, False, False)]) == 1000
+
+
+def test_cue_matcher_finds_the_cues_medspacys_matcher_finds():
+    """The same rule, start and end for every cue in the note and the hand-written sentences, with the sentences
+    the component splits."""
+    from medspacy.common.medspacy_matcher import MedspacyMatcher
+
+    nlp = spacy.blank("en")
+    component = ClinicalContext(nlp)
+    theirs = MedspacyMatcher(nlp)
+    theirs.add(component.context.rules)
+    texts = [NOTE] + [json.loads(line)["text"] for line in ASSERTIONS.read_text(encoding="utf-8").splitlines()]
+    found = 0
+    for text in texts:
+        doc = component.sentencizer(nlp.make_doc(text))
+        ours = [(id(rule), start, end) for rule, start, end in component.cues(doc)]
+        expected = [(id(theirs.rule_map[nlp.vocab.strings[key]]), start, end) for key, start, end in theirs(doc)]
+        assert sorted(ours) == sorted(expected), text
+        found += len(ours)
+    assert found > 100
+
+
+def test_a_cue_does_not_reach_over_a_sentence_start():
+    from spacy.tokens import Doc
+
+    nlp = spacy.blank("en")
+    cues = ClinicalContext(nlp).cues
+    words = ["pain", "in", "the", "setting", "of", "trauma"]
+    one = Doc(nlp.vocab, words=words, sent_starts=[True, False, False, False, False, False])
+    two = Doc(nlp.vocab, words=words, sent_starts=[True, False, False, True, False, False])
+    assert [(rule.literal, start, end) for rule, start, end in cues(one)] == [("in the? setting of", 1, 5)]
+    assert cues(two) == []
+
+
+def test_cue_matcher_refuses_rules_it_cannot_run():
+    from medspacy.context import ConTextRule
+
+    nlp = spacy.blank("en")
+    with pytest.raises(ConceptNormError, match="E625"):
+        CueMatcher(nlp.vocab, nlp.tokenizer, [ConTextRule("no+", "NEGATED_EXISTENCE", pattern=r"no+")])
 
 
 def test_entities_and_links_are_left_as_they_were(nlp):
@@ -493,6 +548,13 @@ def test_clinical_findings_reads_shorthand_lists_and_phrases():
     assert [e.text for e in nlp(text).ents] == [
         "m", "r", "g.", "n", "v", "d.", "Blood in her stool", "difficulty swallowing",
         "blood pressure was still elevated", "decreased range of motion",
+    ]  # fmt: skip
+    text = (
+        "She has carotid disease and some abdominal issues, no suicidal or homicidal ideation, and elevations in "
+        "her blood pressure. The disease is stable; no issues with insurance."
+    )
+    assert [e.text for e in nlp(text).ents] == [
+        "carotid disease", "abdominal issues", "suicidal or homicidal ideation", "elevations in her blood pressure",
     ]  # fmt: skip
 
 

@@ -455,6 +455,53 @@ def test_transformer_model_runs_its_forward_pass_in_bf16_and_trains(tiny_bert, t
     assert np.array_equal(sourced_vectors, vectors)
 
 
+def test_transformer_model_predicts_on_predict_spans_and_trains_on_get_spans(tiny_bert):
+    from spacy.util import registry
+
+    from spacy_conceptnorm.ml.recognizer import transformer_model
+
+    strided = registry.span_getters.get("spacy-transformers.strided_spans.v1")
+    model = transformer_model(
+        str(tiny_bert), strided(window=8, stride=8), cpu_precision="fp32", predict_spans=strided(window=8, stride=4)
+    )
+    doc = spacy.blank("en").make_doc(" ".join(["anemia"] * 32))
+    model.initialize([doc])
+    assert len(model.predict([doc]).spans[0]) == 7  # 32 words: windows from word 0, 4, ..., 24 at inference
+    assert len(model.begin_update([doc])[0].spans[0]) == 4  # from 0, 8, 16, 24 in training
+    assert len(model.predict([doc]).spans[0]) == 7
+
+
+def test_windows_predicted_in_groups_give_the_hidden_states_of_the_whole_batch(tiny_bert):
+    """More windows than a group holds, of many lengths: each window's hidden states as one padded forward pass
+    gives them, in the batch's order and shape."""
+    import torch
+    from spacy.util import registry
+    from thinc.api import ArgsKwargs
+    from thinc.shims.pytorch import PyTorchShim
+
+    from spacy_conceptnorm.ml.recognizer import transformer_model
+    from spacy_conceptnorm.ml.recognizer_weights import PREDICT_ROWS
+
+    model = transformer_model(str(tiny_bert), registry.span_getters.get("spacy-transformers.strided_spans.v1")(
+        window=8, stride=8), cpu_precision="fp32")  # fmt: skip
+    model.initialize([spacy.blank("en").make_doc("anemia")])
+    shim = model.layers[0].shims[0]
+    rows = 3 * PREDICT_ROWS + 1
+    lengths = [2 + (7 * row) % 23 for row in range(rows)]  # 2-24 pieces, unsorted
+    ids = torch.zeros((rows, max(lengths)), dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for row, length in enumerate(lengths):
+        ids[row, :length] = torch.arange(length) % 90 + 5
+        mask[row, :length] = 1
+    inputs = ArgsKwargs(args=(), kwargs={"input_ids": ids, "attention_mask": mask})
+    grouped = shim.predict(inputs)
+    whole = PyTorchShim.predict(shim, inputs)
+    assert grouped.last_hidden_state.shape == whole.last_hidden_state.shape
+    for row, length in enumerate(lengths):
+        assert torch.allclose(grouped.last_hidden_state[row, :length], whole.last_hidden_state[row, :length], atol=1e-5)
+    assert torch.allclose(grouped.pooler_output, whole.pooler_output, atol=1e-5)
+
+
 def _sourced(nlp, tmp_path):
     """`nlp` saved to tmp_path/ner and loaded, then its recognizer sourced as `spacy assemble` does
     (configs/pipeline.cfg: replace_listeners = ["model.tok2vec"]: the listener becomes a copy of the transformer)

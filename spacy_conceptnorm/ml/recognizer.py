@@ -45,15 +45,20 @@ def transformer_model(
     mixed_precision: bool = False,
     grad_scaler_config: dict = {},  # noqa: B006
     cpu_precision: str = "auto",
+    predict_spans: Callable | None = None,
 ) -> Model:
-    """spacy-transformers.TransformerModel.v3 whose forward pass runs under bf16 autocast on CPU, and whose weights
-    are saved in float16 and loaded without random initialization (`recognizer_weights.CompactHFShim`).
+    """spacy-transformers.TransformerModel.v3 whose forward pass runs under bf16 autocast on CPU, whose windows at
+    inference may differ from those it trains on, and whose weights are saved in float16 and loaded without random
+    initialization and run in groups of windows of similar length (`recognizer_weights.CompactHFShim`).
 
     The first six arguments are TransformerModel.v3's (`mixed_precision`: fp16 autocast on CUDA).
     cpu_precision (str): "auto" (bf16 where the CPU has native bf16 dot products, else fp32), "bf16" or "fp32".
         Only the forward pass is autocast (backprop follows the recorded dtypes); the hidden states come out in
         fp32 (the last op is a layer norm) and other outputs are cast to fp32, so the recognizer on top is unchanged.
         Where the CPU has native bf16, MiniLM's forward and backward pass takes about half the time of fp32.
+    predict_spans (Optional[Callable]): The span getter at inference (None: `get_spans`). Windows that overlap
+        less compute fewer word pieces: configs/ner_trf.cfg trains on windows of 128 words every 96 and predicts
+        on windows every 112 (docs/recognition.md).
     """
     from spacy_transformers.layers import TransformerModel
 
@@ -65,19 +70,30 @@ def transformer_model(
     wrapper.shims[0] = CompactHFShim(
         wrapper.shims[0]._hfmodel, mixed_precision=mixed_precision, grad_scaler_config=dict(grad_scaler_config)
     )
-    if runs_in_bf16(cpu_precision):
-        forward = model._func
+    forward = model._func
+    bf16 = runs_in_bf16(cpu_precision)
 
-        def autocast_forward(model, docs, is_train):
-            with torch.autocast("cpu", dtype=torch.bfloat16):
-                output, backprop = forward(model, docs, is_train)
-            # the pooler's output comes out in bf16, which numpy cannot hold; the hidden states are fp32 already
-            for key, value in output.model_output.items():
-                if torch.is_tensor(value) and value.dtype == torch.bfloat16:
-                    output.model_output[key] = value.float()
-            return output, backprop
+    def our_forward(model, docs, is_train):
+        if is_train or predict_spans is None:
+            return precise_forward(model, docs, is_train)
+        model.attrs["get_spans"] = predict_spans  # read by spacy-transformers' forward
+        try:
+            return precise_forward(model, docs, is_train)
+        finally:
+            model.attrs["get_spans"] = get_spans
 
-        model._func = autocast_forward
+    def precise_forward(model, docs, is_train):
+        if not bf16:
+            return forward(model, docs, is_train)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            output, backprop = forward(model, docs, is_train)
+        # the pooler's output comes out in bf16, which numpy cannot hold; the hidden states are fp32 already
+        for key, value in output.model_output.items():
+            if torch.is_tensor(value) and value.dtype == torch.bfloat16:
+                output.model_output[key] = value.float()
+        return output, backprop
+
+    model._func = our_forward
     return model
 
 
@@ -92,16 +108,19 @@ def tok2vec_transformer(
     mixed_precision: bool = False,
     grad_scaler_config: dict = {},  # noqa: B006
     cpu_precision: str = "auto",
+    predict_spans: Callable | None = None,
 ) -> Model:
     """spacy-transformers.Tok2VecTransformer.v3 on `transformer_model`: what the recognizer's listener becomes when
     a pipeline sources the recognizer with its own copy of the transformer (`spacy assemble`, `replace_listeners`),
-    so the assembled pipeline keeps `cpu_precision`. The arguments are Tok2VecTransformer.v3's and cpu_precision.
+    so the assembled pipeline keeps `cpu_precision` and `predict_spans`. The arguments are Tok2VecTransformer.v3's,
+    cpu_precision and predict_spans.
     """
     from spacy_transformers.layers import split_trf_batch, trfs2arrays
 
     transformer = transformer_model(
-        name, get_spans, tokenizer_config, transformer_config, mixed_precision, grad_scaler_config, cpu_precision
-    )
+        name, get_spans, tokenizer_config, transformer_config, mixed_precision, grad_scaler_config, cpu_precision,
+        predict_spans,
+    )  # fmt: skip
     # a chain in a chain, as in Tok2VecTransformer.v3: the structure of a listener after replace_listener
     return chain(chain(transformer, split_trf_batch()), trfs2arrays(pooling, grad_factor))
 

@@ -1,4 +1,5 @@
-"""How the recognizer's transformer weights are saved and loaded: light on disk and at `spacy.load`.
+"""How the recognizer's transformer weights are saved, loaded and run: light on disk, at `spacy.load` and at
+inference.
 
 spacy-transformers keeps the transformer inside the recognizer's model bytes, as a `torch.save` of its weights,
 and its `HFShim` loads them by building a randomly initialized model through `AutoModel.from_config`, then copying
@@ -14,11 +15,18 @@ the saved weights in. `CompactHFShim` does the same with less:
 - the saved bytes are dropped once read, and the model takes the loaded tensors as its own.
 
 Weights saved in float32 (by spacy-transformers' own shim) load the same way.
+
+At inference (`predict`), spacy-transformers hands the shim every window of a batch of docs at once, padded to the
+longest: windows of 128 words hold 130-250 word pieces, so a batch of whole notes computed about twice the word
+pieces it holds. `CompactHFShim.predict` runs the windows in groups of similar length, each padded to its own
+longest (`PREDICT_ROWS` windows a forward pass), and gives the hidden states back in the shape and order asked
+for. Training steps (`begin_update`) are unchanged.
 """
 
 from __future__ import annotations
 
 from io import BytesIO
+from typing import Any
 
 import srsly
 import torch
@@ -26,9 +34,11 @@ from spacy.util import SimpleFrozenDict
 from spacy_transformers.data_classes import HFObjects
 from spacy_transformers.layers.hf_shim import HFShim
 from spacy_transformers.util import make_tempdir
-from thinc.api import get_torch_default_device
+from thinc.api import ArgsKwargs, get_torch_default_device
 
 FLOAT16_MAX = torch.finfo(torch.float16).max
+# windows a forward pass at inference: the least padding; a word piece costs no more than in groups of 32 (AVX2)
+PREDICT_ROWS = 8
 
 
 class SavedModelClass:
@@ -81,6 +91,37 @@ class CompactHFShim(HFShim):
         self._hfmodel = HFObjects(tokenizer, self._model, vocab_file, SimpleFrozenDict(), SimpleFrozenDict())
         return self
 
+    def predict(self, inputs: ArgsKwargs) -> Any:
+        """The model's output for a padded batch of windows (`inputs.kwargs`: input_ids, attention_mask, perhaps
+        token_type_ids), computed in groups of windows of similar length (see the module docstring). The tensors
+        of the output that have a row per window (and a column per word piece) come back in the batch's shape
+        (zeros past a group's longest window: padding, which spacy-transformers does not read)."""
+        kwargs = inputs.kwargs
+        mask = kwargs.get("attention_mask")
+        config = getattr(self._model, "config", None)
+        tuples = getattr(config, "output_hidden_states", False) or getattr(config, "output_attentions", False)
+        if inputs.args or mask is None or mask.shape[0] <= PREDICT_ROWS or tuples:
+            return super().predict(inputs)
+        lengths = mask.sum(dim=1)
+        order = torch.argsort(lengths, stable=True)
+        rows, width = mask.shape
+        self._model.eval()
+        parts = []
+        try:
+            with torch.inference_mode(), torch.autocast(device_type="cuda", enabled=self._mixed_precision):
+                for start in range(0, rows, PREDICT_ROWS):
+                    index = order[start : start + PREDICT_ROWS]
+                    longest = int(lengths[index].max())
+                    group = {k: v[index, :longest] if torch.is_tensor(v) else v for k, v in kwargs.items()}
+                    parts.append((index, self._model(**group)))
+        finally:
+            self._model.train()
+        output = parts[0][1]
+        for key, value in output.items():
+            if torch.is_tensor(value):
+                output[key] = _gather(parts, key, rows, width)
+        return output
+
     def to_bytes(self) -> bytes:
         msg = srsly.msgpack_loads(super().to_bytes())
         if msg["state"]:
@@ -88,6 +129,21 @@ class CompactHFShim(HFShim):
             torch.save({key: _compact(value) for key, value in self._model.state_dict().items()}, buffer)
             msg["state"] = buffer.getvalue()
         return srsly.msgpack_dumps(msg)
+
+
+def _gather(parts: list, key: str, rows: int, width: int) -> torch.Tensor:
+    """The tensor `key` of the whole batch from the groups' outputs `parts` ((rows of the batch, output)): a row
+    per window in the batch's order; a tensor with a word-piece axis (3 dimensions) gets `width` of them, zeros
+    after a group's longest."""
+    first = parts[0][1][key]
+    whole = first.new_zeros((rows, width, *first.shape[2:]) if first.dim() == 3 else (rows, *first.shape[1:]))
+    for index, output in parts:
+        value = output[key]
+        if value.dim() == 3:
+            whole[index, : value.shape[1]] = value
+        else:
+            whole[index] = value
+    return whole
 
 
 def _compact(tensor: torch.Tensor) -> torch.Tensor:

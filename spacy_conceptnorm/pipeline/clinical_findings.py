@@ -142,6 +142,27 @@ CLINICAL_FINDINGS: dict[str, str | None] = {
     "flare-ups": None,
     "flare ups": None,
     "extra heart sounds": None,
+    "odynophagia": None,
+    "ptosis": None,
+    "snoring": None,
+    "snores": None,
+    "burping": None,
+    "belching": None,
+    "spotting": None,
+    "tinel sign": None,
+    "tinel's sign": None,
+    "peritoneal signs": None,
+    "decels": None,
+    "decelerations": None,
+    "pinched nerve": None,
+    "torn meniscus": None,
+    "fluid in the lungs": None,
+    "pursed lips": None,
+    "pursed lip breathing": None,
+    "tarry stools": None,
+    "black stools": None,
+    "lost weight": None,
+    "large lymph nodes": None,
 }
 
 # Findings that notes write as a phrase with a few variants: spaCy Matcher token patterns, none with a concept.
@@ -155,7 +176,7 @@ _LABS = [
     *"cholesterol glucose sugar sugars creatinine hemoglobin a1c tsh triglycerides testosterone potassium".split(),
     *"sodium calcium wbc platelets lfts labs lab psa bilirubin".split(),
     *("blood pressure", "blood sugar", "blood glucose", "hemoglobin a1c", "alkaline phosphatase", "alkaline phosphate"),
-    *("white count", "liver enzymes"),
+    *("white count", "liver enzymes", "total cholesterol"),
     "ejection fraction",
 ]
 _LESS = "decreased diminished limited restricted reduced poor".split()
@@ -164,6 +185,14 @@ _FUNCTIONS = [
     *"rom sensation flexion extension appetite feeding strength hearing vision".split(),
     *("range of motion", "range of movement", "grip strength", "wet diapers", "urine output", "breath sounds"),
 ]
+# a body part or system, then a word that makes it a condition: "carotid disease", "abdominal issues", "bony
+# abnormalities", "thyroid insufficiency", "sleep disturbance", "GI upset"
+_SYSTEMS = """abdominal abdomen bony bone bones thyroid carotid heart cardiac bladder bowel sleep joint joints gi spinal
+kidney renal liver hepatic lung lungs pulmonary breathing skin eye eyes vision visual hearing memory balance stomach
+gastric urinary prostate vascular valve valvular muscle nerve neurologic neurological cognitive""".split()
+_TROUBLE = """abnormality abnormalities issue issues insufficiency disease diseases problem problems dysfunction
+disturbance disturbances damage upset""".split()
+_ELEVATION = "elevation elevations".split()
 _IS = "is was were are has have :".split()
 _LEVEL = ["level", "levels"]
 _ADVERBS = "been still slightly mildly markedly always also today".split()
@@ -184,6 +213,15 @@ FINDING_PATTERNS: list[list[dict]] = [
        {"LOWER": {"IN": _ADVERBS}, "OP": "*"}, {"LOWER": {"IN": _HIGH}}] for lab in _LABS),
     # "decreased range of motion", "diminished sensation"
     *([{"LOWER": {"IN": _LESS}}, *({"LOWER": w} for w in f.split())] for f in _FUNCTIONS),
+    # "blood pressure elevation", "elevations in her blood pressure"
+    *([*({"LOWER": w} for w in lab.split()), {"LOWER": {"IN": _ELEVATION}}] for lab in _LABS),
+    *([{"LOWER": {"IN": _ELEVATION}}, {"LOWER": {"IN": ["in", "of"]}},
+       {"LOWER": {"IN": ["her", "his", "the"]}, "OP": "?"}, *({"LOWER": w} for w in lab.split())] for lab in _LABS),
+    # "suicidal or homicidal ideations"
+    [{"LOWER": {"IN": ["suicidal", "homicidal"]}}, {"LOWER": {"IN": ["or", "and", "/"]}},
+     {"LOWER": {"IN": ["suicidal", "homicidal"]}}, {"LOWER": {"IN": ["ideation", "ideations", "thoughts"]}}],
+    # "carotid disease", "abdominal issues", "sleep disturbance"
+    [{"LOWER": {"IN": _SYSTEMS}}, {"LOWER": {"IN": _TROUBLE}}],
     # "a decrease in appetite", "loss of appetite"
     *([{"LOWER": {"IN": _CHANGE}}, {"LOWER": {"IN": ["in", "of"]}}, *({"LOWER": w} for w in f.split())]
       for f in _FUNCTIONS),
