@@ -64,6 +64,7 @@ class CompactHFShim(HFShim):
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **{**kwargs, "model_cls": SavedModelClass})
+        self.cuda_fp16 = bool(kwargs.get("mixed_precision", False))  # fp16 autocast on CUDA at inference, as HFShim
 
     def from_bytes(self, bytes_data: bytes) -> CompactHFShim:
         """HFShim.from_bytes, holding fewer copies of the weights at once: the saved bytes are dropped once read,
@@ -108,7 +109,7 @@ class CompactHFShim(HFShim):
         self._model.eval()
         parts = []
         try:
-            with torch.inference_mode(), torch.autocast(device_type="cuda", enabled=self._mixed_precision):
+            with torch.inference_mode(), torch.autocast(device_type="cuda", enabled=self.cuda_fp16):
                 for start in range(0, rows, PREDICT_ROWS):
                     index = order[start : start + PREDICT_ROWS]
                     longest = int(lengths[index].max())
