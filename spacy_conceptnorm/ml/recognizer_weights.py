@@ -17,10 +17,10 @@ the saved weights in. `CompactHFShim` does the same with less:
 Weights saved in float32 (by spacy-transformers' own shim) load the same way.
 
 At inference (`predict`), spacy-transformers hands the shim every window of a batch of docs at once, padded to the
-longest: windows of 128 words hold 130-250 word pieces, so a batch of whole notes computed about twice the word
-pieces it holds. `CompactHFShim.predict` runs the windows in groups of similar length, each padded to its own
-longest (`PREDICT_ROWS` windows a forward pass), and gives the hidden states back in the shape and order asked
-for. Training steps (`begin_update`) are unchanged.
+longest: windows of 128 words hold from a few to 200 word pieces, so a batch of whole notes computed some 40% more
+positions than it holds pieces. `CompactHFShim.predict` runs the windows in groups of similar length, each padded
+to its own longest (`PREDICT_ROWS` windows a forward pass), and gives the hidden states back in the shape and order
+asked for. Training steps (`begin_update`) are unchanged.
 """
 
 from __future__ import annotations
