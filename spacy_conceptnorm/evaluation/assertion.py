@@ -24,6 +24,7 @@ import json
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from spacy.language import Language
 from spacy.tokens import Span
@@ -121,6 +122,18 @@ def predict_statuses(nlp: Language, context: str, text: str, spans: list[Annotat
     return [predicted[s] for s in spans]
 
 
+def overlapping(start: int, end: int, items: list[tuple[int, int, Any]]) -> list[tuple[int, Any]]:
+    """(characters shared, item) for each (item start, item end, item) of `items` that shares characters with the
+    text from `start` to `end`, in the order of `items`."""
+    shared = ((min(end, e) - max(start, s), item) for s, e, item in items)
+    return [(n, item) for n, item in shared if n > 0]
+
+
+def most(overlap: list[tuple[int, Any]]) -> Any:
+    """The item of `overlapping`'s answer that shares the most characters (the first of equals)."""
+    return max(overlap, key=lambda x: x[0])[1]
+
+
 def _prf(tp: int, fp: int, fn: int) -> dict:
     p = tp / (tp + fp) if tp + fp else 0.0
     r = tp / (tp + fn) if tp + fn else 0.0
@@ -164,17 +177,15 @@ def evaluate_assertions(nlp: Language, spans: list[AnnotatedSpan], batch_size: i
     for text, doc in zip(texts, nlp.pipe(texts, batch_size=batch_size), strict=True):
         for ent in doc.ents:
             counts["entities"] += 1
-            overlap = [(min(ent.end_char, s.end) - max(ent.start_char, s.start), s) for s in by_text[text]]
-            overlap = [(n, s) for n, s in overlap if n > 0]
+            overlap = overlapping(ent.start_char, ent.end_char, [(s.start, s.end, s) for s in by_text[text]])
             if overlap:
                 counts["conditions"] += 1
-                counts["status_right"] += ent._.assertion == max(overlap, key=lambda x: x[0])[1].status
+                counts["status_right"] += ent._.assertion == most(overlap).status
         for s in by_text[text]:
-            overlap = [(min(e.end_char, s.end) - max(e.start_char, s.start), e) for e in doc.ents]
-            overlap = [(n, e) for n, e in overlap if n > 0]
+            overlap = overlapping(s.start, s.end, [(e.start_char, e.end_char, e) for e in doc.ents])
             if not overlap:
                 continue
-            ent = max(overlap, key=lambda x: x[0])[1]
+            ent = most(overlap)
             counts["recognized"] += 1
             counts["recognized_with_concept_id"] += s.concept_id is not None
             counts["exact"] += (ent.start_char, ent.end_char) == (s.start, s.end)
