@@ -89,13 +89,8 @@ class ClinicalAbbreviations(Pipe):
             `CLINICAL_ABBREVIATIONS` (one of its short forms given here takes the long form given; None leaves it
             out), e.g. {"ESRD": "end stage renal disease", "MI": None}.
         """
-        abbreviations = dict(abbreviations or {})
-        for short, long in abbreviations.items():
-            if not (isinstance(short, str) and short.strip()) or not (long is None or isinstance(long, str)):
-                expected = "a mapping of short forms to long forms (text, or null to leave one out)"
-                raise ConceptNormError(
-                    Errors.E410.format(component=name, key="abbreviations", expected=expected, value={short: long})
-                )
+        expected = "a mapping of short forms to long forms (text, or null to leave one out)"
+        abbreviations = text_mapping(name, "abbreviations", abbreviations, expected)
         self.vocab = vocab
         self.name = name
         self.label = label
@@ -148,3 +143,20 @@ def make_clinical_abbreviations(
 ) -> ClinicalAbbreviations:
     """Create a ClinicalAbbreviations component (see its docstring for the settings)."""
     return ClinicalAbbreviations(nlp.vocab, name, label=label, abbreviations=abbreviations)
+
+
+def text_mapping(component: str, key: str, mapping: dict | None, expected: str) -> dict[str, str | None]:
+    """A component's setting that maps texts to texts or None (`clinical_abbreviations`' abbreviations,
+    `clinical_findings`' findings), as a dict, checked: E410 names the first entry whose key is not text or whose
+    value is neither text nor None.
+
+    component (str): The component's name. key (str): The setting's name.
+    mapping (Optional[dict]): The setting (None: empty). expected (str): What E410 says the setting must be.
+    """
+    mapping = dict(mapping or {})
+    for text, value in mapping.items():
+        if not (isinstance(text, str) and text.strip()) or not (value is None or isinstance(value, str)):
+            raise ConceptNormError(
+                Errors.E410.format(component=component, key=key, expected=expected, value={text: value})
+            )
+    return mapping

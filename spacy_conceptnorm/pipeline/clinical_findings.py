@@ -30,6 +30,7 @@ from spacy.util import ensure_path, filter_spans
 
 from ..errors import ConceptNormError, Errors
 from . import concept_normalizer  # noqa: F401  (registers the span extensions it sets: kb_ents, kb_name, ...)
+from .clinical_abbreviations import text_mapping
 from .clinical_context import is_heading
 
 NIL = "NIL"
@@ -282,13 +283,8 @@ class ClinicalFindings(Pipe):
             added to `CLINICAL_FINDINGS` (None: no concept); "-" as the name leaves a listed finding out, e.g.
             {"crepitus": None, "depression": "-"}.
         """
-        findings = dict(findings or {})
-        for text, kb_name in findings.items():
-            if not (isinstance(text, str) and text.strip()) or not (kb_name is None or isinstance(kb_name, str)):
-                expected = 'a mapping of findings to KB names (text, null for none, or "-" to leave one out)'
-                raise ConceptNormError(
-                    Errors.E410.format(component=name, key="findings", expected=expected, value={text: kb_name})
-                )
+        expected = 'a mapping of findings to KB names (text, null for none, or "-" to leave one out)'
+        findings = text_mapping(name, "findings", findings, expected)
         self.vocab = nlp.vocab
         self.name = name
         self.label = label
