@@ -107,8 +107,10 @@ EXTRA_SECTION_ATTRIBUTES = {"allergies": {"is_hypothetical": True}}
 # - Uncertainty: "probable", "query", "less likely", "cannot (be) excluded", "I suspect", "he thinks he has", and
 #   the reasons for a test ("to exclude X", "evaluate for X", "to determine if he has X", "screened for X"), which
 #   medspaCy reads as negation.
-# - History ("s/p", "previous", "years ago" either side) but not the recent past ("a two-day history of", "in the
-#   past 6 months", "natural history"); the future ("monitor for", "be aware of", "DVT prophylaxis", which
+# - History ("s/p", "previous", "years ago" either side, "when she was a baby") but not the recent past ("a two-day
+#   history of", "in the past 6 months", "natural history") nor a current symptom's onset ("started 3 months ago");
+#   the present under a past-history heading (the CURRENT category, which clears `is_historical`: "newly diagnosed
+#   X", "good control of his X"); the future ("monitor for", "be aware of", "DVT prophylaxis", which
 #   medspaCy reads as negated); a risk (the RISK category: "the risks of surgery including X", "a risk factor for
 #   X"); a relative after the condition ("diabetes in her mother"), not one who reports or comes along ("her mother
 #   thought she felt hot", "described by her mother", "her mother and she returned").
@@ -128,6 +130,9 @@ _CONTACTS = f"{_RELATIVES}|wife|husband|spouse|partner|family"
 _COUNSELED = "counsel|counseled|counselled|educated|warned|advised"
 _KIN = "maternal|paternal|younger|older|elder|twin|late?"  # the "?": a relative's qualifier may be missing
 _SEEN = "seen|identified|present|demonstrated|visualized|appreciated|noted|detected|evident|found|elicited|suspected"
+_CHILD = "child|teenager|teen|infant|baby|toddler|kid"
+_STARTED = "started|began|begun|starting about|approximately|around?"
+_AGO = "year|years|yrs|month|months ago"
 _SAYS = (
     "reports|reported|states|stated|found|noticed|noted|says|said|brought|witnessed|called|describes|asked|told|"
     "thought|thinks|believes|felt|feels"
@@ -160,6 +165,7 @@ EXTRA_CUES = (
     ("NEGATED_EXISTENCE", "PSEUDO", "not only|cause"),
     ("NEGATED_EXISTENCE", "PSEUDO", "without difficulty"),
     ("NEGATED_EXISTENCE", "PSEUDO", "gram negative"),
+    ("NEGATED_EXISTENCE", "FORWARD", "no other likely|obvious|apparent? source|cause|etiology of|for"),
     ("POSSIBLE_EXISTENCE", "FORWARD", "possibly|probable|questionable|suspected|presumed|presumptive|query"),
     ("POSSIBLE_EXISTENCE", "BIDIRECTIONAL", "?"),
     ("POSSIBLE_EXISTENCE", "BACKWARD", "possible|likely|suspected|probable ;|.|,|on|in|at"),
@@ -189,6 +195,8 @@ EXTRA_CUES = (
     ("POSSIBLE_EXISTENCE", "FORWARD", "thinks|thought|believes he|she|they|it has|have|had|is|was"),
     ("POSSIBLE_EXISTENCE", "FORWARD", "determine|confirm|check|see if|whether"),
     ("POSSIBLE_EXISTENCE", "FORWARD", "screened|screening for"),
+    ("POSSIBLE_EXISTENCE", "BACKWARD", "screening"),
+    ("POSSIBLE_EXISTENCE", "BACKWARD", "index of suspicion"),
     ("POSSIBLE_EXISTENCE", "FORWARD", "evaluate|eval|evaluation|assess|test|testing|work-up|workup for"),
     ("HISTORICAL", "FORWARD", "pmh|previous|previously|prior|remote|known|old"),
     ("HISTORICAL", "PSEUDO", "year|years|month|months|week|weeks|day|days|yr|yrs|mo -? old"),
@@ -206,7 +214,13 @@ EXTRA_CUES = (
     ("HISTORICAL", "BIDIRECTIONAL", "year|years|yrs|month|months ago"),
     ("HISTORICAL", "FORWARD", "at that|which time"),
     ("HISTORICAL", "BACKWARD", "at age|aged"),
-    ("HISTORICAL", "BACKWARD", "as a child|teenager|teen"),
+    ("HISTORICAL", "BACKWARD", f"as a|an {_CHILD}"),
+    ("HISTORICAL", "BIDIRECTIONAL", f"when he|she|they was|were a|an? {_CHILD}|young"),
+    ("HISTORICAL", "BIDIRECTIONAL", "when he|she|they was|were shape:d|shape:dd"),
+    ("HISTORICAL", "PSEUDO", f"{_STARTED} shape:d|shape:dd {_AGO}"),
+    ("HISTORICAL", "PSEUDO", f"{_STARTED} a few|couple|several of? {_AGO}"),
+    ("CURRENT", "FORWARD", "newly|new diagnosed|dx|diagnosis|onset"),
+    ("CURRENT", "FORWARD", "control of"),
     ("HISTORICAL", "BACKWARD", "in high|middle? school|college|childhood"),
     ("HISTORICAL", "BIDIRECTIONAL", "last year"),
     ("HISTORICAL", "BACKWARD", "for shape:d years|yrs|decades"),
@@ -220,6 +234,7 @@ EXTRA_CUES = (
     ("RISK", "FORWARD", "risk|risks associated with"),
     ("RISK", "FORWARD", "complications include|including"),
     ("HYPOTHETICAL", "FORWARD", "in case of"),
+    ("HYPOTHETICAL", "FORWARD", "with|if|any further|recurrent|repeat"),
     ("HYPOTHETICAL", "FORWARD", "should"),
     ("HYPOTHETICAL", "PSEUDO", "should continue|take|follow|have|receive|get|start|stop|avoid|see|undergo|be|not|also"),
     ("HYPOTHETICAL", "FORWARD", f"{_COUNSELED} the|his|her? patient|pt|{_CONTACTS}? re|regarding|about|on|of"),
@@ -255,16 +270,16 @@ EXTRA_CUES = (
 TERMINATING_TYPES = {
     "NEGATED_EXISTENCE": ["POSSIBLE_EXISTENCE", "CLAUSE", "CAUSE", "FINDING"],
     "POSSIBLE_EXISTENCE": ["NEGATED_EXISTENCE", "CLAUSE", "CAUSE", "FINDING"],
-    "HISTORICAL": ["CLAUSE"],
+    "HISTORICAL": ["CLAUSE", "CURRENT"],
     "HYPOTHETICAL": ["CLAUSE", "FINDING"],
     "FAMILY": ["FINDING"],
 }
 # The attributes of the cues' categories that medspaCy lacks: a risk is hypothetical, and its scope runs to the end of
 # the sentence, past the relative clauses of a consent paragraph ("the risks including infection, which may require
-# ..., stroke or death").
-EXTRA_CATEGORIES = {"RISK": {"is_hypothetical": True}}
+# ..., stroke or death"); what is current is not historical, whatever its section.
+EXTRA_CATEGORIES = {"RISK": {"is_hypothetical": True}, "CURRENT": {"is_historical": False}}
 # medspaCy's default rules that the cues above replace (by literal)
-REPLACED_CUES = (": no", "resolved", "to exclude", "evaluate for", "test for", "prophylaxis")
+REPLACED_CUES = (": no", "resolved", "to exclude", "evaluate for", "test for", "prophylaxis", "source for")
 
 
 def token_pattern(words: str) -> list[dict]:
@@ -273,8 +288,10 @@ def token_pattern(words: str) -> list[dict]:
     for token in words.split(" "):
         optional = token.endswith("?") and token != "?"
         alternatives = (token[:-1] if optional else token).split("|")
-        shape = alternatives[0].removeprefix("shape:")
-        attr = {"SHAPE": shape} if token.startswith("shape:") else {"LOWER": {"IN": alternatives}}
+        shapes = [a.removeprefix("shape:") for a in alternatives if a.startswith("shape:")]
+        if shapes and len(shapes) < len(alternatives):
+            raise ValueError(f"A token of a cue is either shapes or words, not both: {token!r} in {words!r}")
+        attr = {"SHAPE": {"IN": shapes}} if shapes else {"LOWER": {"IN": alternatives}}
         within = {"IS_SENT_START": False} if pattern else {}  # a cue does not reach over a sentence's start
         pattern.append({**attr, **within, **({"OP": "?"} if optional else {})})
     return pattern
