@@ -98,22 +98,26 @@ EXTRA_SECTION_ATTRIBUTES = {"allergies": {"is_hypothetical": True}}
 # Cues that medspaCy's default ConText rules lack or read otherwise, most from the NegEx and ConText trigger lists:
 # (category, direction, words). `words` is a token pattern: tokens apart by spaces, alternatives by "|", "?" after
 # a token that may be missing ("no significant|interval? change" matches "no change" and "no interval change"),
-# "shape:dddd" a token of that shape (a year).
+# "shape:dddd" a token of that shape (a year; "shape:d|shape:dd" either, never mixed with words).
 # - Negation after the condition ("pneumothorax is not seen", "N/V: denies", "rash has resolved") and before it
-#   ("is negative for X", "nil X", "non-tender", "was not found to have X"); "EXT: no edema" and "Respiratory:
+#   ("is negative for X", "nil X", "non-tender", "was not found to have X", "never", "does not recall having any
+#   X"); "EXT: no edema" and "Respiratory:
 #   Denies cough" read forward as "Fever: no" reads back.
 # - Pseudo-cues, which modify nothing and keep a shorter cue from matching inside them: "no change in the
-#   effusion", "lives with his wife", "per her mother", "non-small cell", "including but not limited to".
+#   effusion", "lives with his wife", "per her mother", "non-small cell", "including but not limited to", "without
+#   relief of", "denies any changes to", "should help", "free nipple graft".
 # - Uncertainty: "probable", "query", "less likely", "cannot (be) excluded", "I suspect", "he thinks he has", and
 #   the reasons for a test ("to exclude X", "evaluate for X", "to determine if he has X", "screened for X"), which
-#   medspaCy reads as negation.
+#   medspaCy reads as negation; a possible cause ("could be due to X", "attributes this to X", "I am concerned he
+#   has X").
 # - History ("s/p", "previous", "years ago" either side, "when she was a baby") but not the recent past ("a two-day
 #   history of", "in the past 6 months", "natural history") nor a current symptom's onset ("started 3 months ago");
 #   the present under a past-history heading (the CURRENT category, which clears `is_historical`: "newly diagnosed
-#   X", "good control of his X"); the future ("monitor for", "be aware of", "DVT prophylaxis", which
-#   medspaCy reads as negated); a risk (the RISK category: "the risks of surgery including X", "a risk factor for
-#   X"); a relative after the condition ("diabetes in her mother"), not one who reports or comes along ("her mother
-#   thought she felt hot", "described by her mother", "her mother and she returned").
+#   X", "good control of his X", "has been experiencing X"); the future ("monitor for", "be aware of", "to avoid",
+#   "will cause", "DVT prophylaxis", which medspaCy reads as negated); a risk (the RISK category: "the risks of
+#   surgery including X", "a risk factor for X", "side effects such as X"); a relative after the condition
+#   ("diabetes in her mother"), not one who reports or comes along ("her mother thought she felt hot", "described
+#   by her mother", "her mother and she returned").
 # - "but", "p/w" (presents with), ";" and their kin end every cue's scope, not only a negation's; a relative clause
 #   ("who", "which": the CLAUSE pseudo-cue) ends all but a relative's and a risk's; a cause ("due to", "after":
 #   CAUSE) ends a negation's and an uncertainty's ("no joint damage due to his arthritis"); a finding ("showed":
@@ -131,11 +135,11 @@ _COUNSELED = "counsel|counseled|counselled|educated|warned|advised"
 _KIN = "maternal|paternal|younger|older|elder|twin|late?"  # the "?": a relative's qualifier may be missing
 _SEEN = "seen|identified|present|demonstrated|visualized|appreciated|noted|detected|evident|found|elicited|suspected"
 _CHILD = "child|teenager|teen|infant|baby|toddler|kid"
-_STARTED = "started|began|begun|starting about|approximately|around?"
+_STARTED = "started|began|begun|starting|worsened|worsening about|approximately|around?"
 _AGO = "year|years|yrs|month|months ago"
 _SAYS = (
     "reports|reported|states|stated|found|noticed|noted|says|said|brought|witnessed|called|describes|asked|told|"
-    "thought|thinks|believes|felt|feels"
+    "thought|thinks|believes|felt|feels|notes|mentions|mentioned|explains|explained|adds|added|confirms|confirmed"
 )
 EXTRA_CUES = (
     ("NEGATED_EXISTENCE", "BIDIRECTIONAL", ": no"),
@@ -166,11 +170,20 @@ EXTRA_CUES = (
     ("NEGATED_EXISTENCE", "PSEUDO", "without difficulty"),
     ("NEGATED_EXISTENCE", "PSEUDO", "gram negative"),
     ("NEGATED_EXISTENCE", "FORWARD", "no other likely|obvious|apparent? source|cause|etiology of|for"),
+    ("NEGATED_EXISTENCE", "FORWARD", "never"),
+    ("NEGATED_EXISTENCE", "FORWARD", "not|n't recall|remember having|experiencing|any"),
+    ("NEGATED_EXISTENCE", "PSEUDO", "without|no significant|much|any? relief|improvement of|in"),
+    ("NEGATED_EXISTENCE", "PSEUDO", "denies|deny|no any? change|changes in|to|of"),
+    ("NEGATED_EXISTENCE", "PSEUDO", "not|n't successfully|significantly? reduce|affect|improve|relieve|help|alleviate"),
+    ("NEGATED_EXISTENCE", "PSEUDO", "free nipple|flap|graft|fluid|air|wall|t4|t3"),
     ("POSSIBLE_EXISTENCE", "FORWARD", "possibly|probable|questionable|suspected|presumed|presumptive|query"),
     ("POSSIBLE_EXISTENCE", "BIDIRECTIONAL", "?"),
     ("POSSIBLE_EXISTENCE", "BACKWARD", "possible|likely|suspected|probable ;|.|,|on|in|at"),
     ("POSSIBLE_EXISTENCE", "FORWARD", "felt|thought|believed|presumed to be"),
     ("POSSIBLE_EXISTENCE", "FORWARD", "likely|possibly|probably due|secondary|related to"),
+    ("POSSIBLE_EXISTENCE", "FORWARD", "may|might|could be due|secondary|related to"),
+    ("POSSIBLE_EXISTENCE", "FORWARD", "attributes|attributed|attributing this|it|them|these? to"),
+    ("POSSIBLE_EXISTENCE", "FORWARD", "concerned|worried that|he|she|they|his|her"),
     ("POSSIBLE_EXISTENCE", "FORWARD", "suggest|suggests|suggesting|suggestive"),
     ("POSSIBLE_EXISTENCE", "FORWARD", "would? consider|considering"),
     ("POSSIBLE_EXISTENCE", "FORWARD", "ddx"),
@@ -221,6 +234,7 @@ EXTRA_CUES = (
     ("HISTORICAL", "PSEUDO", f"{_STARTED} a few|couple|several of? {_AGO}"),
     ("CURRENT", "FORWARD", "newly|new diagnosed|dx|diagnosis|onset"),
     ("CURRENT", "FORWARD", "control of"),
+    ("CURRENT", "FORWARD", "has|have been experiencing|having|feeling|noticing"),
     ("HISTORICAL", "BACKWARD", "in high|middle? school|college|childhood"),
     ("HISTORICAL", "BIDIRECTIONAL", "last year"),
     ("HISTORICAL", "BACKWARD", "for shape:d years|yrs|decades"),
@@ -233,12 +247,15 @@ EXTRA_CUES = (
     ("RISK", "FORWARD", "at? increased|high|higher? risk|risks factor|factors? of|for|include|includes|including"),
     ("RISK", "FORWARD", "risk|risks associated with"),
     ("RISK", "FORWARD", "complications include|including"),
+    ("RISK", "FORWARD", "side effects|outcomes|complications such as|like|include|including|of"),
     ("HYPOTHETICAL", "FORWARD", "in case of"),
-    ("HYPOTHETICAL", "FORWARD", "with|if|any further|recurrent|repeat"),
+    ("HYPOTHETICAL", "FORWARD", "with|if|any|for further|recurrent|repeat"),
+    ("HYPOTHETICAL", "FORWARD", "avoid|avoiding"),
     ("HYPOTHETICAL", "FORWARD", "should"),
     ("HYPOTHETICAL", "PSEUDO", "should continue|take|follow|have|receive|get|start|stop|avoid|see|undergo|be|not|also"),
+    ("HYPOTHETICAL", "PSEUDO", "should help|improve|decrease|reduce|relieve|resolve|alleviate"),
     ("HYPOTHETICAL", "FORWARD", f"{_COUNSELED} the|his|her? patient|pt|{_CONTACTS}? re|regarding|about|on|of"),
-    ("HYPOTHETICAL", "FORWARD", "may|might|can|could also? worsen|cause|precipitate|trigger"),
+    ("HYPOTHETICAL", "FORWARD", "may|might|can|could|will also? worsen|cause|precipitate|trigger"),
     ("HYPOTHETICAL", "FORWARD", "be aware of"),
     ("HYPOTHETICAL", "BIDIRECTIONAL", "prevent|prevention|preventing"),
     ("HYPOTHETICAL", "BIDIRECTIONAL", "prophylaxis|ppx"),

@@ -1,9 +1,10 @@
-"""Build dev.jsonl and heldout.jsonl of the whole-note set from the annotators' files.
+"""Build the files of the whole-note set (dev.jsonl, heldout.jsonl, ...) from the annotators' files.
 
     python docs/clinical_notes/whole/build.py ANNOTATIONS_DIR NOTES_DIR SPLIT_FILE MEDIC_FILE
 
 ANNOTATIONS_DIR holds one `<note>.jsonl` per note (`note`, `start`, `end`, `span`, `status` a line), NOTES_DIR the
-notes as published (`<note>.txt`), SPLIT_FILE a `dev|heldout<TAB>note` line per note. Each output line is one note
+notes as published (`<note>.txt`), SPLIT_FILE a `<part><TAB>note` line per note: each part is written to
+`<part>.jsonl` beside this script, the notes in order of their ids. Each output line is one note
 in the format of `evaluate-assertion` (`{"note", "text", "spans": [{"start", "end", "status", "id"}, ...]}`), each
 span with the MEDIC id where its text is exactly one MEDIC 2012 concept's name or synonym, case aside (a name of
 several concepts has none, nor has a short form: in capitals of up to four characters, or an item of a slash list
@@ -46,7 +47,7 @@ def concept_id(text: str, start: int, end: int, names: dict[str, set[str]]) -> s
 def main(annotations: Path, notes: Path, split_file: Path, medic: Path) -> None:
     names = medic_names(medic)
     split = dict(line.split("\t")[::-1] for line in split_file.read_text().split("\n") if line.strip())
-    out: dict[str, list[dict]] = {"dev": [], "heldout": []}
+    out: dict[str, list[dict]] = defaultdict(list)
     for note, part in sorted(split.items()):
         text = (notes / f"{note}.txt").read_text(encoding="utf-8")
         spans = []
