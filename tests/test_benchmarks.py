@@ -105,6 +105,10 @@ def test_speed_prints_the_split_and_the_ratio_last(saved):
     for part in ("encoding", "index search", "abbreviation_resolver", "composite_splitter", "concept_normalizer"):
         assert any(line.startswith(f"| {part}") for line in lines), part
     assert not any("docs/s" in line for line in lines)  # `benchmark throughput`'s
+    floor = (
+        r"encoding [1-9]\d* texts \([\d,]+ word pieces\): \d+\.\d{3} s; floor .* \d+\.\d{3} s; encoding/floor \d+\.\d\d"
+    )
+    assert any(re.fullmatch(floor, line) for line in lines)
     sparse = r"\(with scikit-learn's sparse argmax: [\d,]+, ratio \d+\.\d\d\)"
     assert re.fullmatch(rf"pipeline: [\d,]+ mentions/s; TF-IDF .*: [\d,]+ mentions/s {sparse}", lines[-2])
 

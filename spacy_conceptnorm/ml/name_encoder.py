@@ -30,7 +30,10 @@ from .threads import install_thread_settings, one_thread_if_oversubscribed
 
 PACKAGED_MODEL = "all-MiniLM-L6-v2"
 RUNTIMES = ("torch", "onnx", "auto")
-QUERY_ROWS, QUERY_WIDTH = 8, 8  # the batch shape of `encode_queries`: texts per batch, token multiple
+# The batch shape of `encode_queries`: texts per batch, token multiple. Padding to a multiple of 4 rather than 8
+# tokens encodes NCBI-disease test's 178 unseen mention texts in 0.72 s instead of 0.81 s (AVX2, fp32, the same
+# vectors to the bit), against 0.66 s for `encode`'s length batches without the fixed shape.
+QUERY_ROWS, QUERY_WIDTH = 8, 4
 
 
 def packaged_model_path() -> Path:
