@@ -564,12 +564,13 @@ def test_clinical_findings_reads_shorthand_lists_and_phrases():
 def test_clinical_findings_removes_condition_words_of_another_sense():
     """A title, the Allergies heading and a word that names a place or a product with the noun after it are not
     conditions, whatever the KB says; the same words as conditions stay."""
-    nlp = ruler_pipeline(["emergency", "shingles", "allergies", "mrs", "cough"], context=False)
+    nlp = ruler_pipeline(["emergency", "shingles", "allergies", "mrs", "cough", "ext"], context=False)
     nlp.add_pipe("clinical_findings")
     text = "ALLERGIES\nNone.\nMrs X came to the emergency room for cough; shingles vaccine given. Has shingles."
     assert [e.text for e in nlp(text).ents] == ["cough", "shingles"]
     assert [e.text for e in nlp("She denies allergies.").ents] == ["allergies"]
     assert [e.text for e in nlp("Allergies: none.").ents] == []
+    assert [e.text for e in nlp("Ext: no cough. EXT gene.").ents] == ["cough", "EXT"]  # a label before a colon
 
 
 def test_clinical_findings_setting_is_checked():

@@ -291,6 +291,9 @@ OTHER_SENSE_HEADS = frozenset({
     "specialist", "team", "medicine", "medicines", "medication", "medications",
 })  # fmt: skip
 HEADINGS = frozenset({"allergies", "allergy"})
+# The labels of an examination's lines ("Ext: no edema", "Neuro: intact"), some of them a KB's short name (EXT,
+# hereditary multiple exostoses, in MEDIC): before a colon, a label.
+EXAM_LABELS = frozenset({"ext", "extr", "heent", "neuro", "psych", "gu", "msk", "abd", "resp", "cv", "pulm"})
 
 
 class ClinicalFindings(Pipe):
@@ -402,10 +405,13 @@ class ClinicalFindings(Pipe):
         return found
 
     def other_sense(self, span: Span) -> bool:
-        """Whether an entity is a condition word in another sense: a title, the "Allergies" heading, or the
-        modifier of the noun after it ("emergency room", "shingles vaccine")."""
+        """Whether an entity is a condition word in another sense: a title, the "Allergies" heading, an
+        examination line's label ("Ext:"), or the modifier of the noun after it ("emergency room", "shingles
+        vaccine")."""
         doc, text = span.doc, span.text.lower()
         if text in TITLES or (text.rstrip(":") in HEADINGS and is_heading(doc, span.start, span.end)):
+            return True
+        if text in EXAM_LABELS and span.end < len(doc) and doc[span.end].text == ":":
             return True
         return span.end < len(doc) and doc[span.end].lower_ in OTHER_SENSE_HEADS
 
