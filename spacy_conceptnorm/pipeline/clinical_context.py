@@ -101,8 +101,7 @@ EXTRA_SECTION_ATTRIBUTES = {"allergies": {"is_hypothetical": True}}
 # "shape:dddd" a token of that shape (a year; "shape:d|shape:dd" either, never mixed with words).
 # - Negation after the condition ("pneumothorax is not seen", "N/V: denies", "rash has resolved") and before it
 #   ("is negative for X", "nil X", "non-tender", "was not found to have X", "never", "does not recall having any
-#   X"); "EXT: no edema" and "Respiratory:
-#   Denies cough" read forward as "Fever: no" reads back.
+#   X"); "EXT: no edema" and "Respiratory: Denies cough" read forward as "Fever: no" reads back.
 # - Pseudo-cues, which modify nothing and keep a shorter cue from matching inside them: "no change in the
 #   effusion", "lives with his wife", "per her mother", "non-small cell", "including but not limited to", "without
 #   relief of", "denies any changes to", "should help", "free nipple graft".
@@ -314,57 +313,53 @@ def token_pattern(words: str) -> list[dict]:
     return pattern
 
 
-class CueMatcher:
-    """The cues of ConText rules in a doc, as medspaCy's matcher finds them: the longest of overlapping matches.
+class PatternMatcher:
+    """spaCy's Matcher for token patterns, the patterns of words and optional words written out as phrases.
 
     spaCy's Matcher starts every token pattern at every token and calls a Python predicate there for each one that
     gives a word as a set; so medspaCy's matcher took 5.9 of the 7.8 s of `clinical_context` over the 42 whole
-    notes of the dev set (AVX2). A pattern of words and optional words is written out here as phrases for a
-    PhraseMatcher, which looks each token up once; a phrase match is kept only where the pattern would have
-    matched (a word that may not start a sentence does not). Other patterns stay token patterns.
+    notes of the dev set (AVX2), and its own Matcher 0.8 of the 0.95 s of `clinical_findings` over 62. A pattern
+    of words and optional words is written out here as phrases for a PhraseMatcher, which looks each token up once;
+    a phrase match is kept only where the pattern would have matched (a word that may not start a sentence does
+    not). Other patterns stay token patterns.
 
     vocab (Vocab): The pipeline's vocab.
-    tokenizer (Callable[[str], Doc]): Tokenizes the literals of rules without a pattern (medspaCy's way).
-    rules (List[ConTextRule]): The rules, in order.
     """
 
     MAX_PHRASES = 10_000  # a pattern written out into more phrases than this stays a token pattern
 
-    def __init__(self, vocab: Vocab, tokenizer: Callable[[str], Doc], rules: list) -> None:
-        from medspacy.common.util import prune_overlapping_matches
+    def __init__(self, vocab: Vocab) -> None:
         from spacy.matcher import Matcher, PhraseMatcher
 
-        self.prune = prune_overlapping_matches
-        self.rules = list(rules)
+        self.vocab = vocab
         self.matcher = Matcher(vocab)
         self.phrases = PhraseMatcher(vocab, attr="LOWER")
-        # a phrase key -> (its rule, which of its words may not start a sentence)
+        # a phrase key -> (its pattern's index, which of its words may not start a sentence)
         self.keys: dict[int, tuple[int, tuple[bool, ...]]] = {}
-        for index, rule in enumerate(self.rules):
-            if rule.on_match is not None or isinstance(rule.pattern, str):
-                raise ConceptNormError(Errors.E625.format(rule=rule.literal))
-            written = written_out(rule.pattern, self.MAX_PHRASES) if rule.pattern is not None else None
-            if rule.pattern is None:
-                self.add_phrases(index, (), [tokenizer(rule.literal.lower())])
-            elif written is None:
-                self.matcher.add(str(index), [rule.pattern])
-            else:
-                # each phrase as the LOWER hashes of its words, as spaCy's own unpickling adds them: making a Doc of
-                # each of the 8,269 phrases took 0.6 s of loading the component (AVX2); the whole matcher now 0.07 s
-                for fixed, phrases in written.items():
-                    self.add_phrases(index, fixed, [[vocab.strings.add(w) for w in words] for words in phrases])
+
+    def add(self, index: int, pattern: list[dict]) -> None:
+        """Add a token pattern, whose matches `__call__` gives with `index`."""
+        written = written_out(pattern, self.MAX_PHRASES)
+        if written is None:
+            self.matcher.add(str(index), [pattern])
+            return
+        # each phrase as the LOWER hashes of its words, as spaCy's own unpickling adds them: making a Doc of each
+        # of the 8,269 phrases of the ConText cues took 0.6 s of loading `clinical_context` (AVX2); now 0.07 s
+        for fixed, phrases in written.items():
+            self.add_phrases(index, fixed, [[self.vocab.strings.add(w) for w in words] for words in phrases])
 
     def add_phrases(self, index: int, fixed: tuple[bool, ...], phrases: list) -> None:
-        """Add the phrases of rule `index` whose words flagged in `fixed` may not start a sentence.
+        """Add phrases matched with `index`, whose words flagged in `fixed` may not start a sentence.
 
         phrases (List[Union[Doc, List[int]]]): Docs, or the LOWER hashes of their words.
         """
         key = f"{index}|{''.join('1' if f else '0' for f in fixed)}"
-        self.keys[self.phrases.vocab.strings.add(key)] = (index, fixed)
+        self.keys[self.vocab.strings.add(key)] = (index, fixed)
         self.phrases.add(key, phrases)
 
-    def __call__(self, doc: Doc) -> list[tuple[object, int, int]]:
-        """The cues found in `doc`: (rule, start, end) in the order of the doc."""
+    def __call__(self, doc: Doc) -> list[tuple[int, int, int]]:
+        """The matches in `doc`, every one as spaCy's Matcher gives them: (index, start, end), in the order of the
+        doc (by start, end, index)."""
         strings = doc.vocab.strings
         matches = [(int(strings[key]), start, end) for key, start, end in self.matcher(doc)]
         for key, start, end in self.phrases(doc):
@@ -372,7 +367,35 @@ class CueMatcher:
             if not any(f and doc[start + i].is_sent_start for i, f in enumerate(fixed)):
                 matches.append((index, start, end))
         matches.sort(key=lambda match: (match[1], match[2], match[0]))
-        return [(self.rules[index], start, end) for index, start, end in self.prune(matches)]
+        return matches
+
+
+class CueMatcher:
+    """The cues of ConText rules in a doc, as medspaCy's matcher finds them (by a `PatternMatcher`): the longest of
+    overlapping matches.
+
+    vocab (Vocab): The pipeline's vocab.
+    tokenizer (Callable[[str], Doc]): Tokenizes the literals of rules without a pattern (medspaCy's way).
+    rules (List[ConTextRule]): The rules, in order.
+    """
+
+    def __init__(self, vocab: Vocab, tokenizer: Callable[[str], Doc], rules: list) -> None:
+        from medspacy.common.util import prune_overlapping_matches
+
+        self.prune = prune_overlapping_matches
+        self.rules = list(rules)
+        self.patterns = PatternMatcher(vocab)
+        for index, rule in enumerate(self.rules):
+            if rule.on_match is not None or isinstance(rule.pattern, str):
+                raise ConceptNormError(Errors.E625.format(rule=rule.literal))
+            if rule.pattern is None:
+                self.patterns.add_phrases(index, (), [tokenizer(rule.literal.lower())])
+            else:
+                self.patterns.add(index, rule.pattern)
+
+    def __call__(self, doc: Doc) -> list[tuple[object, int, int]]:
+        """The cues found in `doc`: (rule, start, end) in the order of the doc."""
+        return [(self.rules[index], start, end) for index, start, end in self.prune(self.patterns(doc))]
 
 
 def written_out(pattern: list[dict], most: int) -> dict[tuple[bool, ...], list[tuple[str, ...]]] | None:

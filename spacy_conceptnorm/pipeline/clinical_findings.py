@@ -23,7 +23,7 @@ from pathlib import Path
 
 import srsly
 from spacy.language import Language
-from spacy.matcher import Matcher, PhraseMatcher
+from spacy.matcher import PhraseMatcher
 from spacy.pipeline import Pipe
 from spacy.tokens import Doc, Span, Token
 from spacy.util import ensure_path, filter_spans
@@ -31,7 +31,7 @@ from spacy.util import ensure_path, filter_spans
 from ..errors import ConceptNormError, Errors
 from . import concept_normalizer  # noqa: F401  (registers the span extensions it sets: kb_ents, kb_name, ...)
 from .clinical_abbreviations import text_mapping
-from .clinical_context import CueMatcher, is_heading, written_out
+from .clinical_context import PatternMatcher, is_heading
 
 NIL = "NIL"
 STAGE = "clinical_findings"  # `ent._.kb_stage` of the entities it adds
@@ -201,7 +201,7 @@ CLINICAL_FINDINGS: dict[str, str | None] = {
     "flare up": None,
 }
 
-# Findings that notes write as a phrase with a few variants: spaCy Matcher token patterns, none with a concept.
+# Findings that notes write as a phrase with a few variants: token patterns (a PatternMatcher), none with a concept.
 _DIFFICULTY = "difficulty difficulties trouble problems inability unable".split()
 _ACTS = """swallowing swallow breathing breathe sleeping sleep speaking walking walk urinating feeding feed tolerate
 concentrating waking ambulation ambulating chewing hearing seeing""".split()
@@ -332,18 +332,10 @@ class ClinicalFindings(Pipe):
         self.concepts: dict[str, str] = {}  # KB name -> concept id, found by `initialize`
         self.matcher = PhraseMatcher(nlp.vocab, attr="LOWER")
         self.matcher.add(name, list(nlp.tokenizer.pipe(self.kb_names)))
-        # the patterns of words and optional words as phrases, the others (an adverb or more) as token patterns:
-        # spaCy's Matcher took 0.8 of the 0.95 s of `clinical_findings` over the 62 whole dev notes with all of them
-        # as token patterns (AVX2)
-        self.patterns = Matcher(nlp.vocab)
-        self.pattern_phrases = PhraseMatcher(nlp.vocab, attr="LOWER")
-        for pattern in FINDING_PATTERNS:
-            written = written_out(pattern, CueMatcher.MAX_PHRASES)
-            if written is None:
-                self.patterns.add(name, [pattern])
-            else:
-                hashes = [[self.vocab.strings.add(w) for w in words] for group in written.values() for words in group]
-                self.pattern_phrases.add(name, hashes)
+        # the patterns of words and optional words as phrases, the others (an adverb or more) as token patterns
+        self.patterns = PatternMatcher(nlp.vocab)
+        for index, pattern in enumerate(FINDING_PATTERNS):
+            self.patterns.add(index, pattern)
 
     def initialize(self, get_examples: Callable[[], Iterable] | None = None, *, nlp: Language | None = None) -> None:
         """Look up the concept of each listed KB name in the KB of the pipeline's concept_normalizer (none: every
@@ -396,7 +388,7 @@ class ClinicalFindings(Pipe):
         RETURNS (Dict[Span, Optional[str]]): Each finding's span and KB name (None: no concept).
         """
         found: dict[Span, str | None] = {}
-        for _, start, end in [*self.patterns(doc), *self.pattern_phrases(doc)]:
+        for _, start, end in self.patterns(doc):
             found[Span(doc, start, end)] = None
         for _, start, end in self.matcher(doc):
             found[Span(doc, start, end)] = self.kb_names[doc[start:end].text.lower()]
