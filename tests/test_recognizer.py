@@ -586,8 +586,8 @@ def test_ner_trf_trains_the_same_steps_on_every_cpu(monkeypatch, overrides, nati
     schedule = registry.resolve({"learn_rate": config["training"]["optimizer"]["learn_rate"]})["learn_rate"]
     rates = list(itertools.islice(schedule, steps + 1))
     assert rates[steps] == 0 and rates[steps - 1] > 0
-    # the wall clock is only a safety stop, well above what the steps take on a slow 2-core CPU
-    assert config["training"]["batcher"]["max_minutes"] >= 120
+    # no wall clock: the safety stop is off, so every machine trains the same steps
+    assert config["training"]["batcher"]["max_minutes"] == 0
 
 
 @pytest.mark.parametrize("precision,native", itertools.product(["auto", "bf16", "fp32"], [True, False]))

@@ -486,11 +486,11 @@ def test_a_run_cut_at_its_budget_trains_the_steps_of_a_longer_schedule(tmp_path,
 
 
 @pytest.mark.parametrize("name", ["train_xu_bethard.cfg", "train_dilbert.cfg", "train_coderpp.cfg"])
-def test_encoder_configs_budget_steps_with_at_most_a_generous_safety_stop(name):
+def test_encoder_configs_budget_steps_without_a_clock(name):
     config = load_training_config(CONFIG.parent / name)
     plain = {k: v for k, v in config["training"].items() if not isinstance(v, dict)}
     settings = read_settings(TrainingSettings, plain, "training")
-    assert settings.max_minutes == 0 or settings.max_minutes >= 120  # never fires on a slow 2-core CPU
+    assert settings.max_minutes == 0  # the safety stop off: every machine trains the same steps
     if name == "train_xu_bethard.cfg":  # `run all`'s: one epoch, the learning rate declining as over 2,400 steps
         assert (settings.max_epochs, settings.max_steps, settings.schedule_steps) == (1, 0, 2400)
 
