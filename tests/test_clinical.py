@@ -165,6 +165,10 @@ def test_whole_note_headings():
         ("Her mother thought she felt hot. She was clinging to her mother and crying.",
          {"felt hot": "affirmed", "crying": "affirmed"}),
         ("Counsel parents on wound care.", {"wound": "hypothetical"}),
+        ("• Constitutional: Negative for fever, chills\n• Skin: rash", {"fever": "negated", "chills": "negated",
+                                                                        "rash": "affirmed"}),
+        ("Negative Lachman test bilaterally. Positive McMurray test.", {"Lachman test": "negated",
+                                                                        "McMurray test": "affirmed"}),
         ("#1 Metastatic disease, no evidence of recurrence\n#2 Gout, on treatment", {"recurrence": "negated",
                                                                                     "Gout": "affirmed"}),
     ],
@@ -571,6 +575,21 @@ def test_clinical_findings_removes_condition_words_of_another_sense():
     assert [e.text for e in nlp("She denies allergies.").ents] == ["allergies"]
     assert [e.text for e in nlp("Allergies: none.").ents] == []
     assert [e.text for e in nlp("Ext: no cough. EXT gene.").ents] == ["cough", "EXT"]  # a label before a colon
+
+
+def test_clinical_findings_removes_the_names_of_procedures():
+    """A condition word before a procedure's noun, or an entity that ends in one, names the procedure."""
+    nlp = ruler_pipeline(["cataract", "carpal tunnel release", "carpal tunnel", "tumor", "aneurysm"], context=False)
+    nlp.add_pipe("clinical_findings")
+    text = "S/p cataract surgery and carpal tunnel release; tumor resection. Now a cataract, carpal tunnel and a tumor."
+    assert [e.text for e in nlp(text).ents] == ["cataract", "carpal tunnel", "tumor"]
+    assert [e.text for e in nlp("Aneurysm repair in 2013.").ents] == []
+
+
+def test_clinical_findings_removes_single_letters_but_finds_shorthand_items():
+    nlp = ruler_pipeline(["h", "v", "gout"], context=False)
+    nlp.add_pipe("clinical_findings")
+    assert [e.text for e in nlp("72 yo M, h/o gout; denies n/v today.").ents] == ["gout", "n", "v"]
 
 
 def test_clinical_findings_setting_is_checked():

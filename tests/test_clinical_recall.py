@@ -244,3 +244,56 @@ def test_concept_id_and_id_must_agree(tmp_path):
                                 "id": "D2"}) + "\n")  # fmt: skip
     with pytest.raises(ConceptNormError, match=r"E622.*:1: .*'D1' and id 'D2' differ"):
         read_annotated_spans(path)
+
+
+def _recognizer(path, listener=True):
+    """A pipeline whose `ner` (label Disease) listens to a `tok2vec` component, initialized on one doc."""
+    from spacy.training import Example
+
+    nlp = spacy.blank("en")
+    config = {}
+    if listener:
+        nlp.add_pipe("tok2vec")
+        config = {"model": {"@architectures": "spacy.TransitionBasedParser.v2", "state_type": "ner",
+                            "extra_state_tokens": False, "hidden_width": 8, "maxout_pieces": 2, "use_upper": True,
+                            "tok2vec": {"@architectures": "spacy.Tok2VecListener.v1", "width": 96,
+                                        "upstream": "*"}}}  # fmt: skip
+    nlp.add_pipe("ner", config=config)
+    doc = nlp.make_doc("No wheezes or rales.")
+    doc.ents = [doc.char_span(3, 10, label="Disease")]
+    nlp.initialize(lambda: [Example(nlp.make_doc(doc.text), doc)])
+    nlp.to_disk(path)
+
+
+def test_clinical_command_takes_a_recognizer_trained_on_notes(tmp_path):
+    from spacy.pipeline.tok2vec import Tok2VecListener
+
+    _recognizer(tmp_path / "ner_clinical")
+    nlp = spacy.blank("en")
+    nlp.add_pipe("ner")
+    nlp.add_pipe("dictionary_matcher")
+    nlp.add_pipe("link_filter", config={"min_confidence": 0.5})
+    nlp.initialize()
+    nlp.to_disk(tmp_path / "pipeline")
+    args = ["clinical", str(tmp_path / "pipeline"), str(tmp_path / "clinical"), "--ner", str(tmp_path / "ner_clinical")]
+    result = CliRunner().invoke(app, [*args, "--min-confidence", "0.25"])
+    assert result.exit_code == 0, result.output
+    clinical = spacy.load(tmp_path / "clinical")
+    assert clinical.pipe_names[:3] == ["ner", "dictionary_matcher", "link_filter"]
+    assert "tok2vec" not in clinical.pipe_names  # the recognizer carries its own copy
+    assert not any(isinstance(layer, Tok2VecListener) for layer in clinical.get_pipe("ner").model.walk())
+    assert clinical.get_pipe("ner").labels == ("Disease",)
+    assert clinical.get_pipe("link_filter").min_confidence == 0.25
+    assert clinical.config["components"]["link_filter"]["min_confidence"] == 0.25
+    clinical("No wheezes.")
+    assert spacy.load(tmp_path / "pipeline").get_pipe("link_filter").min_confidence == 0.5  # the original as it was
+
+
+def test_clinical_command_refuses_a_recognizer_pipeline_without_ner(tmp_path):
+    nlp = spacy.blank("en")
+    nlp.add_pipe("link_filter")
+    nlp.to_disk(tmp_path / "no_ner")
+    args = ["clinical", str(tmp_path / "no_ner"), str(tmp_path / "out"), "--ner", str(tmp_path / "no_ner")]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 1 and "E627" in result.output and "no component named 'ner'" in result.output
+    assert not (tmp_path / "out").exists()

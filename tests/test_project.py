@@ -7,6 +7,7 @@ from __future__ import annotations
 import configparser
 import copy
 import importlib
+import json
 from pathlib import Path
 
 import pytest
@@ -29,7 +30,7 @@ CONFIGS = ROOT / "configs"
 FIXTURES = Path(__file__).parent / "fixtures"
 ALL = [
     "preprocess", "kb", "train", "train-ner", "assemble", "train-ranker", "calibrate", "evaluate",
-    "package", "clinical",
+    "package", "train-ner-clinical", "clinical",
 ]  # fmt: skip
 # our CLI commands whose options are checked against the script lines
 CHECKED = {
@@ -152,14 +153,15 @@ def test_every_dependency_is_data_a_config_or_an_earlier_output(project, command
                 data in Path(dep).parents
                 or dep in assets
                 or (_under(dep, "configs") and (ROOT / dep).is_file())
+                or (_under(dep, "docs/clinical_notes") and (ROOT / dep).is_file())  # annotations in the repository
                 or dep in produced
-            ), f"{command['name']}: dependency {dep!r} is neither data, a config nor an earlier output"
+            ), f"{command['name']}: dependency {dep!r} is neither data, a config, annotations nor an earlier output"
         produced.update(command["outputs"])
     # in the workflow, each step's produced dependencies come from an earlier step of the workflow
     produced = set()
     for name in project["workflows"]["all"]:
         for dep in commands[name]["deps"]:
-            if not (data in Path(dep).parents or _under(dep, "configs")):
+            if not (data in Path(dep).parents or _under(dep, "configs") or _under(dep, "docs/clinical_notes")):
                 assert dep in produced, f"{name} needs {dep}, which no earlier step of `all` writes"
         produced.update(commands[name]["outputs"])
 
@@ -250,6 +252,31 @@ def test_preprocess_concatenates_inputs_and_rejects_an_empty_file(corpus, tmp_pa
     assert not (tmp_path / "empty.spacy").exists()
 
 
+def test_preprocess_notes_makes_every_annotated_condition_an_entity(tmp_path):
+    """Both record forms of evaluate-assertion's JSONL, one doc a text; the id becomes the kb_id; two spans
+    within one token cannot both be entities once widened to it (E626, naming the line)."""
+    text = "Denies chest pain, n/v. Exam: wheezes. PMH: hypertension."
+    notes = tmp_path / "notes.jsonl"
+    whole = {"text": text, "spans": [{"start": 7, "end": 17, "status": "negated", "id": "D002637"},
+                                     {"start": 30, "end": 35, "status": "affirmed"}]}  # fmt: skip
+    one = {"text": text, "start": 44, "end": 56, "status": "historical"}
+    notes.write_text(json.dumps(whole) + "\n\n" + json.dumps(one) + "\n")
+    result = runner.invoke(app, ["preprocess-notes", str(notes), str(tmp_path / "notes.spacy")])
+    assert result.exit_code == 0 and "1 documents, 3 entities" in result.output, result.output
+    (doc,) = DocBin().from_disk(tmp_path / "notes.spacy").get_docs(spacy.blank("en").vocab)
+    assert [(e.text, e.label_, e.kb_id_) for e in doc.ents] == [
+        ("chest pain", "Disease", "D002637"), ("wheezes", "Disease", ""), ("hypertension", "Disease", ""),
+    ]  # fmt: skip
+    clash = {"text": "Exam: wheezes.", "spans": [{"start": 6, "end": 9, "status": "affirmed"},
+                                                {"start": 10, "end": 13, "status": "affirmed"}]}  # fmt: skip
+    (tmp_path / "clash.jsonl").write_text(json.dumps(whole) + "\n" + json.dumps(clash) + "\n")
+    result = runner.invoke(app, ["preprocess-notes", str(tmp_path / "clash.jsonl"), str(tmp_path / "c.spacy")])
+    assert result.exit_code == 1 and "E626" in result.output and "clash.jsonl:2" in result.output
+    assert not (tmp_path / "c.spacy").exists()
+    result = runner.invoke(app, ["preprocess-notes", str(FIXTURES / "ncbi_test_sample.txt"), str(tmp_path / "x")])
+    assert result.exit_code == 1 and "E622" in result.output and "ncbi_test_sample.txt:1" in result.output
+
+
 # --- NER configs ------------------------------------------------------------------------------------------------
 
 
@@ -297,6 +324,46 @@ def test_train_ner_runs_every_recognizer_config():
         assert argv[4] == f"configs/ner_{ner}.cfg"
         assert "paths.transformer" in _overrides(argv)
         _assert_config_takes_overrides(argv)
+
+
+def test_train_ner_clinical_runs_every_recognizer_config():
+    """`train-ner-clinical` trains whichever recognizer `--vars.ner` picks further, with the config made for it."""
+    for ner in ("trf", "fast"):
+        raw = copy.deepcopy(srsly.read_yaml(ROOT / "project.yml"))
+        raw = substitute_project_variables(raw, overrides={"vars.ner": ner})
+        script = next(c for c in raw["commands"] if c["name"] == "train-ner-clinical")["script"]
+        argv = split_command(script[1])
+        assert argv[4] == f"configs/ner_clinical_{ner}.cfg"
+        _assert_config_takes_overrides(argv)
+        config = load_config(ROOT / argv[4], interpolate=False)
+        listened = "transformer" if ner == "trf" else "tok2vec"
+        assert config["nlp"]["pipeline"] == [listened, "ner"]
+        assert load_config(CONFIGS / f"ner_{ner}.cfg")["nlp"]["pipeline"] == [listened, "ner"]
+
+
+@pytest.mark.slow
+def test_ner_clinical_fast_trains_the_sourced_recognizer_further(ner_dir, tmp_path):
+    """spaCy's own loop on configs/ner_clinical_fast.cfg, two steps on two annotated notes: it starts from the
+    sourced recognizer (its label and weights) and saves a model-last that `clinical --ner` can read."""
+    from spacy.cli.train import train
+
+    notes = tmp_path / "notes.jsonl"
+    text = "Denies chest pain. Exam: wheezes, no rales. Hx of breast cancer."
+    spans = [(7, 17, "negated"), (25, 32, "affirmed"), (37, 42, "negated"), (51, 64, "historical")]
+    record = {"text": text, "spans": [{"start": s, "end": e, "status": st} for s, e, st in spans]}
+    notes.write_text(json.dumps(record) + "\n" + json.dumps({**record, "text": text + " "}) + "\n")
+    result = runner.invoke(app, ["preprocess-notes", str(notes), str(tmp_path / "notes.spacy")])
+    assert result.exit_code == 0 and "2 documents, 8 entities" in result.output, result.output
+    overrides = {"paths.ner": str(ner_dir), "paths.train": str(tmp_path / "notes.spacy"),
+                 "paths.dev": str(tmp_path / "notes.spacy"), "training.max_steps": 2}  # fmt: skip
+    train(CONFIGS / "ner_clinical_fast.cfg", tmp_path / "out", overrides=overrides)
+    before, after = spacy.load(ner_dir), spacy.load(tmp_path / "out" / "model-last")
+    assert after.pipe_names == ["tok2vec", "ner"] and after.get_pipe("ner").labels == ("Disease",)
+    for name in ("tok2vec", "ner"):  # the same network, every layer of it trained further
+        params = [[(node.name, p, node.get_param(p)) for node in pipe.get_pipe(name).model.walk()
+                   for p in node.param_names if node.has_param(p)] for pipe in (before, after)]  # fmt: skip
+        assert [(n, p, a.shape) for n, p, a in params[0]] == [(n, p, a.shape) for n, p, a in params[1]]
+        assert any((a != b).any() for (_, _, a), (_, _, b) in zip(*params))
 
 
 def test_ner_trf_config_uses_the_packaged_minilm(corpus):

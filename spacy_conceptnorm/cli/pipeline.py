@@ -57,16 +57,30 @@ def assemble(
 def clinical(
     model: str = typer.Argument(..., help="Pipeline directory or package, e.g. training/pipeline"),
     output: Path = typer.Argument(..., help="Pipeline directory to write; an existing one is replaced whole"),
+    ner: str = typer.Option(
+        None,
+        help="A pipeline whose recognizer was trained on clinical notes (configs/ner_clinical_trf.cfg, e.g. "
+        "training/ner_clinical/model-last): it replaces MODEL's",
+    ),
+    min_confidence: float = typer.Option(
+        None,
+        help="With --ner: the link_filter's min_confidence for its entities [default: "
+        "CLINICAL_RECOGNIZER_MIN_CONFIDENCE of pipeline/clinical_settings.py]",
+    ),
 ) -> None:
     """Save a copy of a pipeline for clinical notes: clinical_abbreviations and the settings for clinical notes
-    (docs/clinical.md), and clinical_context last where medspaCy is installed."""
+    (docs/clinical.md), a recognizer trained on clinical notes with --ner, and clinical_context last where
+    medspaCy is installed."""
     from ..errors import ConceptNormError
     from ..io.pipelines import load, save
     from ..pipeline.clinical_context import add_clinical_context
-    from ..pipeline.clinical_settings import use_clinical_settings
+    from ..pipeline.clinical_settings import CLINICAL_RECOGNIZER_MIN_CONFIDENCE, use_clinical_settings, use_recognizer
 
     try:
         nlp = load(model)
+        if ner is not None:
+            threshold = CLINICAL_RECOGNIZER_MIN_CONFIDENCE if min_confidence is None else min_confidence
+            use_recognizer(nlp, load(ner), threshold)
         use_clinical_settings(nlp)
         has_context = add_clinical_context(nlp)
         save(nlp, output)

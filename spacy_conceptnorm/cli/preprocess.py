@@ -38,3 +38,36 @@ def preprocess(
     with atomic_open(output) as f:
         f.write(doc_bin.to_bytes())
     typer.echo(f"{len(doc_bin)} documents, {n_ents} entities -> {output}")
+
+
+@app.command("preprocess-notes")
+def preprocess_notes(
+    sources: list[Path] = typer.Argument(
+        ..., help="Annotated notes, JSONL as evaluate-assertion reads it; several are concatenated", exists=True
+    ),
+    output: Path = typer.Argument(..., help="Where to write the DocBin (.spacy)"),
+    label: str = typer.Option("Disease", help="Entity label of every annotated span"),
+    lang: str = typer.Option("en", help="Language whose tokenizer splits the text"),
+) -> None:
+    """Convert annotated clinical notes (docs/clinical_notes/whole) to a .spacy DocBin whose entities are the
+    annotated conditions, whatever their status: training data for the clinical recognizer. The file is written
+    atomically."""
+    import spacy
+    from spacy.tokens import DocBin
+
+    from ..errors import ConceptNormError
+    from ..io.files import atomic_open
+    from ..training.clinical_notes import notes_to_docs
+
+    nlp, doc_bin, n_ents = spacy.blank(lang), DocBin(), 0
+    try:
+        for source in sources:
+            for doc in notes_to_docs(nlp, source, label=label):
+                doc_bin.add(doc)
+                n_ents += len(doc.ents)
+    except ConceptNormError as e:
+        typer.echo(f"Error: {e}", err=True)
+        raise typer.Exit(1) from None
+    with atomic_open(output) as f:
+        f.write(doc_bin.to_bytes())
+    typer.echo(f"{len(doc_bin)} documents, {n_ents} entities -> {output}")

@@ -143,6 +143,8 @@ _SAYS = (
 EXTRA_CUES = (
     ("NEGATED_EXISTENCE", "BIDIRECTIONAL", ": no"),
     ("NEGATED_EXISTENCE", "BACKWARD", ": negative|neg|absent"),
+    ("NEGATED_EXISTENCE", "FORWARD", ": negative|neg for"),
+    ("NEGATED_EXISTENCE", "FORWARD", "negative", {"max_scope": 6}),
     ("NEGATED_EXISTENCE", "BIDIRECTIONAL", ": denies|denied"),
     ("NEGATED_EXISTENCE", "FORWARD", "is|was|are|were negative|neg for"),
     ("NEGATED_EXISTENCE", "BACKWARD", "were|been negative|neg"),

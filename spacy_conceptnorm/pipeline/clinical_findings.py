@@ -11,8 +11,9 @@ concept of the KB name listed beside it (looked up in the concept_normalizer's K
 the KB has none.
 
 It also removes the entities that are a condition word in a note's other sense: a title ("Mrs", which names a
-condition in MEDIC), the "Allergies" heading, and a word that names a place, test, treatment or product with the
-noun after it ("emergency room", "pulmonary function test", "shingles vaccine", "scar gel"). The status of each
+condition in MEDIC), the "Allergies" heading, a word that names a place, test, treatment, procedure or product with
+the noun after it ("emergency room", "pulmonary function test", "shingles vaccine", "scar gel", "tumor resection"),
+and a procedure's name ("carpal tunnel release", "stent placement"). The status of each
 entity (negated, ...) is `clinical_context`'s.
 """
 
@@ -290,6 +291,13 @@ OTHER_SENSE_HEADS = frozenset({
     "cream", "ointment", "massage", "treatment", "treatments", "clinic", "service", "unit", "biopsy", "biopsies",
     "specialist", "team", "medicine", "medicines", "medication", "medications",
 })  # fmt: skip
+# The nouns of a procedure: a condition word before one, or an entity that ends in one, names the procedure ("carpal
+# tunnel release", "tumor resection", "cataract surgery"), which the annotation of notes does not count as a condition
+PROCEDURES = frozenset({
+    "repair", "repairs", "release", "placement", "graft", "grafting", "resection", "replacement", "surgery",
+    "surgeries", "bypass", "reconstruction", "fusion", "ablation", "excision", "removal", "debridement", "transplant",
+    "transplantation", "stent", "stents", "stenting",
+})  # fmt: skip
 HEADINGS = frozenset({"allergies", "allergy"})
 # The labels of an examination's lines ("Ext: no edema", "Neuro: intact"), some of them a KB's short name (EXT,
 # hereditary multiple exostoses, in MEDIC): before a colon, a label.
@@ -356,10 +364,11 @@ class ClinicalFindings(Pipe):
         """Apply the component to a doc.
 
         doc (Doc): The document, its entities linked.
-        RETURNS (Doc): The same doc, without the entities of another sense, and with the findings that no entity
-            overlapped added as entities.
+        RETURNS (Doc): The same doc, without the entities of another sense or of a single letter, and with the
+            findings that no entity overlapped added as entities.
         """
-        kept = [ent for ent in doc.ents if not self.other_sense(ent)]
+        # a single letter is no condition ("h" of "h/o"): only as an item of a shorthand list, which is found below
+        kept = [ent for ent in doc.ents if not self.other_sense(ent) and len(ent.text) > 1]
         found = self.findings_in(doc)
         taken = [(ent.start, ent.end) for ent in kept]
         added = [
@@ -398,14 +407,16 @@ class ClinicalFindings(Pipe):
 
     def other_sense(self, span: Span) -> bool:
         """Whether an entity is a condition word in another sense: a title, the "Allergies" heading, an
-        examination line's label ("Ext:"), or the modifier of the noun after it ("emergency room", "shingles
-        vaccine")."""
+        examination line's label ("Ext:"), the modifier of the noun after it ("emergency room", "shingles
+        vaccine", "cataract surgery"), or a procedure's name ("carpal tunnel release")."""
         doc, text = span.doc, span.text.lower()
         if text in TITLES or (text.rstrip(":") in HEADINGS and is_heading(doc, span.start, span.end)):
             return True
         if text in EXAM_LABELS and span.end < len(doc) and doc[span.end].text == ":":
             return True
-        return span.end < len(doc) and doc[span.end].lower_ in OTHER_SENSE_HEADS
+        if span[-1].lower_ in PROCEDURES:
+            return True
+        return span.end < len(doc) and doc[span.end].lower_ in OTHER_SENSE_HEADS | PROCEDURES
 
     def to_bytes(self, *, exclude: Iterable[str] = ()) -> bytes:
         """Serialize the concepts found by `initialize`."""

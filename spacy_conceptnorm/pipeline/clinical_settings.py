@@ -19,7 +19,12 @@ from __future__ import annotations
 
 from spacy.language import Language
 
+from ..errors import ConceptNormError, Errors
 from . import clinical_abbreviations, clinical_findings  # noqa: F401  (register the factories added here)
+
+# The `link_filter`'s threshold for the entities of a recognizer trained on clinical notes (`use_recognizer`):
+# most signs and symptoms it finds have no MEDIC concept and a low confidence (docs/clinical.md).
+CLINICAL_RECOGNIZER_MIN_CONFIDENCE = 0.2
 
 # factory -> setting -> value
 CLINICAL_SETTINGS: dict[str, dict[str, object]] = {
@@ -75,6 +80,31 @@ def add_clinical_findings(nlp: Language) -> str | None:
             return nlp.add_pipe("clinical_findings", after=after[-1]).name
     before = [name for name, f in factories.items() if f == "clinical_context"]
     return nlp.add_pipe("clinical_findings", before=before[0] if before else None).name
+
+
+def use_recognizer(nlp: Language, source: Language, min_confidence: float = CLINICAL_RECOGNIZER_MIN_CONFIDENCE) -> None:
+    """Replace the pipeline's `ner` by the `ner` of `source`, a pipeline trained to recognize the conditions of
+    clinical notes (configs/ner_clinical_trf.cfg), with its own copy of the transformer or tok2vec it listens to;
+    its entities are held to `min_confidence` in the `link_filter`, where the pipeline has one.
+
+    nlp (Language): The pipeline, with a component named `ner`.
+    source (Language): The trained pipeline, with a `ner` (and the `transformer` or `tok2vec` it listens to).
+    min_confidence (float): The `link_filter`'s `min_confidence`.
+    """
+    for which, pipeline in (("clinical", nlp), ("recognizer's", source)):
+        if "ner" not in pipeline.pipe_names:
+            raise ConceptNormError(Errors.E627.format(which=which, names=pipeline.pipe_names))
+    listened = [name for name in ("transformer", "tok2vec") if name in source.pipe_names]
+    if listened:
+        source.replace_listeners(listened[0], "ner", ["model.tok2vec"])
+    position = nlp.pipe_names.index("ner")
+    nlp.remove_pipe("ner")
+    following = nlp.pipe_names[position : position + 1]
+    nlp.add_pipe("ner", source=source, before=following[0] if following else None)
+    for name in nlp.pipe_names:
+        if nlp.get_pipe_meta(name).factory == "link_filter":
+            nlp.get_pipe(name).min_confidence = min_confidence
+            nlp.get_pipe_config(name)["min_confidence"] = min_confidence
 
 
 def use_clinical_settings(nlp: Language) -> list[str]:
