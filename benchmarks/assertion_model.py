@@ -12,6 +12,8 @@ from __future__ import annotations
 import random
 import sys
 from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
 
 import spacy
 from sklearn.feature_extraction import DictVectorizer
@@ -35,8 +37,8 @@ def features(ent: Span) -> dict[str, int]:
     return found
 
 
-def rows(path: str) -> list[tuple[int, dict[str, int], str, str]]:
-    """(note, features, gold status, the rules' status) of every annotated span of `path`."""
+def rows(path: str, describe: Callable[[Span], Any] = features) -> list[tuple[int, Any, str, str]]:
+    """(note, `describe` of the entity, gold status, the rules' status) of every annotated span of `path`."""
     nlp = spacy.blank("en")
     context = nlp.add_pipe("clinical_context")
     by_text = defaultdict(list)
@@ -51,7 +53,7 @@ def rows(path: str) -> list[tuple[int, dict[str, int], str, str]]:
             doc.ents = [Span(doc, g.start, g.end, label="ENTITY") for g in group]
             context(doc)
             for token_span, ent in zip(group, doc.ents, strict=True):
-                found.append((note, features(ent), gold[token_span].status, ent._.assertion))
+                found.append((note, describe(ent), gold[token_span].status, ent._.assertion))
     return found
 
 

@@ -289,7 +289,7 @@ def test_clinical_command_takes_a_recognizer_trained_on_notes(tmp_path):
     assert spacy.load(tmp_path / "pipeline").get_pipe("link_filter").min_confidence == 0.5  # the original as it was
 
 
-def test_clinical_command_refuses_a_recognizer_pipeline_without_ner(tmp_path):
+def test_clinical_command_refuses_a_recognizer_pipeline_without_ner_and_a_threshold_out_of_range(tmp_path):
     nlp = spacy.blank("en")
     nlp.add_pipe("link_filter")
     nlp.to_disk(tmp_path / "no_ner")
@@ -297,3 +297,8 @@ def test_clinical_command_refuses_a_recognizer_pipeline_without_ner(tmp_path):
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 1 and "E627" in result.output and "no component named 'ner'" in result.output
     assert not (tmp_path / "out").exists()
+    _recognizer(tmp_path / "ner", listener=False)  # a ner with its own tok2vec: nothing to replace
+    args = ["clinical", str(tmp_path / "ner"), str(tmp_path / "out"), "--ner", str(tmp_path / "ner")]
+    result = CliRunner().invoke(app, [*args, "--min-confidence", "1.5"])
+    assert result.exit_code == 1 and "E410" in result.output and "min_confidence" in result.output
+    assert CliRunner().invoke(app, args).exit_code == 0 and spacy.load(tmp_path / "out").pipe_names[0] == "ner"

@@ -94,9 +94,12 @@ def use_recognizer(nlp: Language, source: Language, min_confidence: float = CLIN
     for which, pipeline in (("clinical", nlp), ("recognizer's", source)):
         if "ner" not in pipeline.pipe_names:
             raise ConceptNormError(Errors.E627.format(which=which, names=pipeline.pipe_names))
-    listened = [name for name in ("transformer", "tok2vec") if name in source.pipe_names]
-    if listened:
-        source.replace_listeners(listened[0], "ner", ["model.tok2vec"])
+    if not 0.0 <= min_confidence <= 1.0:
+        detail = {"component": "link_filter", "key": "min_confidence", "expected": "in [0, 1]"}
+        raise ConceptNormError(Errors.E410.format(**detail, value=min_confidence))
+    for name in ("transformer", "tok2vec"):
+        if name in source.pipe_names and "ner" in getattr(source.get_pipe(name), "listening_components", []):
+            source.replace_listeners(name, "ner", ["model.tok2vec"])
     position = nlp.pipe_names.index("ner")
     nlp.remove_pipe("ner")
     following = nlp.pipe_names[position : position + 1]
