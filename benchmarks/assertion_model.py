@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import random
 import sys
-from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
@@ -20,7 +19,7 @@ from sklearn.feature_extraction import DictVectorizer
 from sklearn.linear_model import LogisticRegression
 from spacy.tokens import Span
 
-from spacy_conceptnorm.evaluation.assertion import non_overlapping_groups, read_annotated_spans
+from spacy_conceptnorm.evaluation.assertion import non_overlapping_groups, read_annotated_spans, spans_by_text
 
 FOLDS = 5
 
@@ -41,11 +40,8 @@ def rows(path: str, describe: Callable[[Span], Any] = features) -> list[tuple[in
     """(note, `describe` of the entity, gold status, the rules' status) of every annotated span of `path`."""
     nlp = spacy.blank("en")
     context = nlp.add_pipe("clinical_context")
-    by_text = defaultdict(list)
-    for span in read_annotated_spans(path):
-        by_text[span.text].append(span)
     found = []
-    for note, (text, spans) in enumerate(by_text.items()):
+    for note, (text, spans) in enumerate(spans_by_text(read_annotated_spans(path)).items()):
         doc = nlp.make_doc(text)
         gold = {doc.char_span(s.start, s.end, alignment_mode="expand"): s for s in spans}
         for group in non_overlapping_groups(list(gold)):

@@ -117,11 +117,11 @@ class Errors(metaclass=ErrorsWithCodes):
     E622 = "{path}:{line}: not an assertion record ({detail})."
     E624 = "{component}: unknown sentence splitter {value!r}; choose one of {choices}."
     E623 = "{path} holds no assertion record: nothing to evaluate."
-    E627 = "The {which} pipeline has no component named 'ner' (it has {names}): no recognizer to replace."
     E626 = (
         "{path}:{line}: the span {start}-{end} overlaps another once widened to whole tokens: a doc's entities "
         "cannot overlap."
     )
+    E627 = "The {which} pipeline has no component named 'ner' (it has {names}): no recognizer to replace."
     E625 = (
         "The ConText rule {rule!r} has a regular expression for its pattern or an on_match callback, which "
         "clinical_context's cue matcher does not run: give it a literal or a token pattern."

@@ -91,6 +91,14 @@ def annotated_span(line: int, text: str, record: dict) -> AnnotatedSpan:
     return AnnotatedSpan(line, text, start, end, status, str(concept_id) if concept_id else None)
 
 
+def spans_by_text(spans: list[AnnotatedSpan]) -> dict[str, list[AnnotatedSpan]]:
+    """The annotated spans of each distinct text (one document), texts and spans in the order of `spans`."""
+    by_text: dict[str, list[AnnotatedSpan]] = defaultdict(list)
+    for span in spans:
+        by_text[span.text].append(span)
+    return dict(by_text)
+
+
 def clinical_context_name(nlp: Language) -> str:
     """The name of the pipeline's `clinical_context`; one with the default settings is added last if it has none."""
     names = [name for name in nlp.pipe_names if nlp.get_pipe_meta(name).factory == "clinical_context"]
@@ -153,9 +161,7 @@ def evaluate_assertions(nlp: Language, spans: list[AnnotatedSpan], batch_size: i
         those that overlap an annotated span; status_right: of those, the ones with the span's status).
     """
     context = clinical_context_name(nlp)
-    by_text: dict[str, list[AnnotatedSpan]] = defaultdict(list)
-    for span in spans:
-        by_text[span.text].append(span)
+    by_text = spans_by_text(spans)
     texts = list(by_text)
 
     pairs = [

@@ -416,7 +416,8 @@ class ClinicalFindings(Pipe):
             return True
         if span[-1].lower_ in PROCEDURES:
             return True
-        return span.end < len(doc) and doc[span.end].lower_ in OTHER_SENSE_HEADS | PROCEDURES
+        following = doc[span.end].lower_ if span.end < len(doc) else ""
+        return following in OTHER_SENSE_HEADS or following in PROCEDURES
 
     def to_bytes(self, *, exclude: Iterable[str] = ()) -> bytes:
         """Serialize the concepts found by `initialize`."""

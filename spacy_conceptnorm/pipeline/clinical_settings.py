@@ -21,6 +21,7 @@ from spacy.language import Language
 
 from ..errors import ConceptNormError, Errors
 from . import clinical_abbreviations, clinical_findings  # noqa: F401  (register the factories added here)
+from .link_filter import check_confidence
 
 # The `link_filter`'s threshold for the entities of a recognizer trained on clinical notes (`use_recognizer`):
 # most signs and symptoms it finds have no MEDIC concept and a low confidence (docs/clinical.md).
@@ -94,9 +95,7 @@ def use_recognizer(nlp: Language, source: Language, min_confidence: float = CLIN
     for which, pipeline in (("clinical", nlp), ("recognizer's", source)):
         if "ner" not in pipeline.pipe_names:
             raise ConceptNormError(Errors.E627.format(which=which, names=pipeline.pipe_names))
-    if not 0.0 <= min_confidence <= 1.0:
-        detail = {"component": "link_filter", "key": "min_confidence", "expected": "in [0, 1]"}
-        raise ConceptNormError(Errors.E410.format(**detail, value=min_confidence))
+    check_confidence("link_filter", "min_confidence", min_confidence)
     for name in ("transformer", "tok2vec"):
         if name in source.pipe_names and "ner" in getattr(source.get_pipe(name), "listening_components", []):
             source.replace_listeners(name, "ner", ["model.tok2vec"])
@@ -106,8 +105,24 @@ def use_recognizer(nlp: Language, source: Language, min_confidence: float = CLIN
     nlp.add_pipe("ner", source=source, before=following[0] if following else None)
     for name in nlp.pipe_names:
         if nlp.get_pipe_meta(name).factory == "link_filter":
-            nlp.get_pipe(name).min_confidence = min_confidence
-            nlp.get_pipe_config(name)["min_confidence"] = min_confidence
+            set_setting(nlp, name, "min_confidence", min_confidence)
+
+
+def set_setting(nlp: Language, name: str, key: str, value: object) -> None:
+    """Set one setting of a component of a loaded pipeline, in the component (its `cfg` where it keeps it there) and
+    in `nlp.config`, so that a pipeline saved after it keeps it.
+
+    nlp (Language): The pipeline.
+    name (str): The component's name.
+    key (str): The setting, as the component's factory takes it.
+    value (object): Its value.
+    """
+    component = nlp.get_pipe(name)
+    if isinstance(getattr(component, "cfg", None), dict) and key in component.cfg:
+        component.cfg[key] = value
+    else:
+        setattr(component, key, value)
+    nlp.get_pipe_config(name)[key] = value  # the object `nlp.config` is built from
 
 
 def use_clinical_settings(nlp: Language) -> list[str]:
@@ -125,13 +140,8 @@ def use_clinical_settings(nlp: Language) -> list[str]:
     changed = [name for name in (abbreviations, findings) if name]
     for name in nlp.pipe_names:
         settings = CLINICAL_SETTINGS.get(nlp.get_pipe_meta(name).factory, {})
-        component = nlp.get_pipe(name)
         for key, value in settings.items():
-            if isinstance(getattr(component, "cfg", None), dict) and key in component.cfg:
-                component.cfg[key] = value
-            else:
-                setattr(component, key, value)
-            nlp.get_pipe_config(name)[key] = value  # the object `nlp.config` is built from
+            set_setting(nlp, name, key, value)
         if settings:
             changed.append(name)
     return changed

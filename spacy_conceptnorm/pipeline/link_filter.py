@@ -56,12 +56,8 @@ class LinkFilter:
         keep_exact_names (bool): Hold the dictionary's entities that are exact names of their concept (see the
             module docstring) to `min_confidence`.
         """
-        for key, value in (
-            ("min_confidence", min_confidence),
-            ("min_confidence_dictionary", min_confidence_dictionary),
-        ):
-            if value is not None and not 0.0 <= value <= 1.0:
-                raise ConceptNormError(Errors.E410.format(component=name, key=key, expected="in [0, 1]", value=value))
+        check_confidence(name, "min_confidence", min_confidence)
+        check_confidence(name, "min_confidence_dictionary", min_confidence_dictionary)
         self.name = name
         self.min_confidence = min_confidence
         self.drop_nil = drop_nil
@@ -144,6 +140,12 @@ class LinkFilter:
             raise ConceptNormError(Errors.E412.format(path=source, detail=e)) from None
         self.__dict__.update(loaded.__dict__)
         return self
+
+
+def check_confidence(component: str, key: str, value: float | None) -> None:
+    """Raise E410 unless a threshold setting `key` of `component` is None or in [0, 1]."""
+    if value is not None and not 0.0 <= value <= 1.0:
+        raise ConceptNormError(Errors.E410.format(component=component, key=key, expected="in [0, 1]", value=value))
 
 
 def is_exact_name(ent: Span) -> bool:

@@ -8,8 +8,8 @@ learning rate's decline and the scores followed the machine.
 
 `max_minutes` stays as a safety stop for a run that would otherwise go on for hours (a machine far busier than
 planned): when it fires, training ends before its last step and a `SafetyStopWarning` says so, since that model
-differs from the one its steps give. The configs set it well above what their steps take on a slow 2-core CPU, so it
-does not fire on one that is merely slow; 0 turns it off.
+differs from the one its steps give. 0 turns it off, as every shipped config has it, so that every machine trains
+every step; a value is a stop you set for your own run.
 
     [training]
     max_steps = 800

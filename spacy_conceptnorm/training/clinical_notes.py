@@ -16,7 +16,7 @@ from spacy.language import Language
 from spacy.tokens import Doc, Span
 
 from ..errors import ConceptNormError, Errors
-from ..evaluation.assertion import AnnotatedSpan, read_annotated_spans
+from ..evaluation.assertion import read_annotated_spans, spans_by_text
 
 
 def notes_to_docs(nlp: Language, path: str | Path, label: str = "Disease") -> Iterator[Doc]:
@@ -28,10 +28,7 @@ def notes_to_docs(nlp: Language, path: str | Path, label: str = "Disease") -> It
     label (str): The label of every entity.
     YIELDS (Doc): One doc a distinct text.
     """
-    by_text: dict[str, list[AnnotatedSpan]] = {}
-    for span in read_annotated_spans(path):
-        by_text.setdefault(span.text, []).append(span)
-    for text, spans in by_text.items():
+    for text, spans in spans_by_text(read_annotated_spans(path)).items():
         doc = nlp.make_doc(text)
         ents: list[Span] = []
         for span in sorted(spans, key=lambda s: (s.start, s.end)):
