@@ -171,6 +171,25 @@ def test_whole_note_headings():
                                                                         "McMurray test": "affirmed"}),
         ("#1 Metastatic disease, no evidence of recurrence\n#2 Gout, on treatment", {"recurrence": "negated",
                                                                                     "Gout": "affirmed"}),
+        ("In March, he went to the emergency room for palpitations. She had an insect bite at her last visit.",
+         {"palpitations": "historical", "insect bite": "historical"}),
+        ("She presents for STD testing. We will screen her today for syphilis. His COVID test was positive.",
+         {"STD": "uncertain", "syphilis": "uncertain", "COVID": "affirmed"}),
+        ("He can take Tylenol for any pain. Call with any signs or symptoms of hypoglycemia.",
+         {"pain": "hypothetical", "hypoglycemia": "hypothetical"}),
+        # general practice's shorthand: "4/7 hx" (four days) and "Hx of X for a week" are the present complaint
+        ("4/7 hx of sore throat and myalgia. HPC: 4-5 day hx runny nose.",
+         {"sore throat": "affirmed", "myalgia": "affirmed", "runny nose": "affirmed"}),
+        ("Hx of fever for a week with associated nausea.", {"fever": "affirmed", "nausea": "affirmed"}),
+        ("PMHx - Asthma.\nFMH: Mum had breast cancer, now in remission.", {"Asthma": "historical",
+                                                                           "breast cancer": "family"}),
+        ("Review in 24-48 hours if sx not improving, or earlier if worsening sx (fever, vomiting).",
+         {"fever": "hypothetical", "vomiting": "hypothetical"}),
+        ("Discussed red flag sx (chest pain, fevers). S/e warned nausea.",
+         {"chest pain": "hypothetical", "fevers": "hypothetical", "nausea": "hypothetical"}),
+        ("Initial diarrhea - but now resolved. Felt dizzy this morning, but not now.",
+         {"diarrhea": "negated", "dizzy": "negated"}),
+        ("Imp: tension type headache +/- migraine", {"tension type headache": "affirmed", "migraine": "uncertain"}),
     ],
 )  # fmt: skip
 def test_whole_note_cues(text, expected):
@@ -575,6 +594,15 @@ def test_clinical_findings_removes_condition_words_of_another_sense():
     assert [e.text for e in nlp("She denies allergies.").ents] == ["allergies"]
     assert [e.text for e in nlp("Allergies: none.").ents] == []
     assert [e.text for e in nlp("Ext: no cough. EXT gene.").ents] == ["cough", "EXT"]  # a label before a colon
+
+
+def test_clinical_findings_removes_a_notes_shorthand_and_finds_general_practice_words():
+    """The shorthand of a note's parts and measures is no condition, whatever the KB names by it (FH: familial
+    hypercholesterolemia, LMP, HPC in MEDIC); general practice's words for findings are found."""
+    nlp = ruler_pipeline(["fh", "lmp", "hpc", "hrs", "cough"], context=False)
+    nlp.add_pipe("clinical_findings")
+    doc = nlp("HPC: cough for 48 hrs, wheezy, feeling sick, N&V and tired. FH: nil. LMP 2 weeks ago.")
+    assert [e.text for e in doc.ents] == ["cough", "wheezy", "feeling sick", "N&V"]
 
 
 def test_clinical_findings_removes_the_names_of_procedures():

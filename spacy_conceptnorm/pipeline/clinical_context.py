@@ -53,8 +53,9 @@ AFFIRMED = "affirmed"
 SENTENCES = ("rules", "pyrush")
 STATUSES = (*(status for status, _ in FLAGS), AFFIRMED)
 # Common headings that medspaCy's default section rules lack (they list "ASSESSMENT/PLAN:" but not "PLAN:", nor the
-# short forms "FamHx:", "PSHx:", "Meds:"): without them the section before runs on, and a plan under a family
-# history would be read as family. Every heading also counts without its colon where `is_heading` says so.
+# short forms "FamHx:", "PSHx:", "Meds:", nor general practice's "HPC:", "FMH:", "Imp:", "O/E:"): without them the
+# section before runs on, and a plan under a family history would be read as family. Every heading also counts
+# without its colon where `is_heading` says so.
 EXTRA_SECTIONS = (
     ("HISTORY:", "history_of_present_illness"),
     ("CLINICAL HISTORY:", "history_of_present_illness"),
@@ -90,6 +91,16 @@ EXTRA_SECTIONS = (
     ("EXAM:", "physical_exam"),
     ("ALLERGIES/ADVERSE REACTIONS:", "allergy"),
     ("INSTRUCTIONS:", "patient_education"),
+    ("HPC:", "history_of_present_illness"),
+    ("Hx:", "history_of_present_illness"),
+    ("History of presenting complaint:", "history_of_present_illness"),
+    ("PC:", "chief_complaint"),
+    ("DH:", "medications"),
+    ("Drug history:", "medications"),
+    ("FMH:", "family_history"),
+    ("Imp:", "observation_and_plan"),
+    ("O/E:", "physical_exam"),
+    ("Examination:", "physical_exam"),
 )
 # The sections whose entities take an assertion attribute (medspaCy's `DEFAULT_ATTRS`, and its "Allergies" heading,
 # which its rules file under a category of its own): the reactions listed under an allergy are those a drug would
@@ -101,22 +112,26 @@ EXTRA_SECTION_ATTRIBUTES = {"allergies": {"is_hypothetical": True}}
 # "shape:dddd" a token of that shape (a year; "shape:d|shape:dd" either, never mixed with words).
 # - Negation after the condition ("pneumothorax is not seen", "N/V: denies", "rash has resolved") and before it
 #   ("is negative for X", "nil X", "non-tender", "was not found to have X", "never", "does not recall having any
-#   X"); "EXT: no edema" and "Respiratory: Denies cough" read forward as "Fever: no" reads back.
+#   X"); "EXT: no edema" and "Respiratory: Denies cough" read forward as "Fever: no" reads back; "X - but now
+#   resolved", "X, but not now".
 # - Pseudo-cues, which modify nothing and keep a shorter cue from matching inside them: "no change in the
 #   effusion", "lives with his wife", "per her mother", "non-small cell", "including but not limited to", "without
 #   relief of", "denies any changes to", "should help", "free nipple graft".
 # - Uncertainty: "probable", "query", "less likely", "cannot (be) excluded", "I suspect", "he thinks he has", and
-#   the reasons for a test ("to exclude X", "evaluate for X", "to determine if he has X", "screened for X"), which
-#   medspaCy reads as negation; a possible cause ("could be due to X", "attributes this to X", "I am concerned he
-#   has X").
-# - History ("s/p", "previous", "years ago" either side, "when she was a baby") but not the recent past ("a two-day
-#   history of", "in the past 6 months", "natural history") nor a current symptom's onset ("started 3 months ago");
+#   the reasons for a test ("to exclude X", "evaluate for X", "to determine if he has X", "screened for X", "STD
+#   testing", "screen her for X"), which medspaCy reads as negation; a possible cause ("could be due to X",
+#   "attributes this to X", "I am concerned he has X"); "+/-".
+# - History ("s/p", "previous", "years ago" either side, "when she was a baby", a past encounter: "went to the
+#   emergency room for X", "at her last visit") but not the recent past ("a two-day history of", "3/7 hx of" in
+#   general practice's shorthand, "Hx of X for a week", "in the past 6 months", "natural history") nor a current
+#   symptom's onset ("started 3 months ago");
 #   the present under a past-history heading (the CURRENT category, which clears `is_historical`: "newly diagnosed
 #   X", "good control of his X", "has been experiencing X"); the future ("monitor for", "be aware of", "to avoid",
-#   "will cause", "DVT prophylaxis", which medspaCy reads as negated); a risk (the RISK category: "the risks of
-#   surgery including X", "a risk factor for X", "side effects such as X"); a relative after the condition
-#   ("diabetes in her mother"), not one who reports or comes along ("her mother thought she felt hot", "described
-#   by her mother", "her mother and she returned").
+#   "will cause", "DVT prophylaxis", which medspaCy reads as negated; "for any pain", "can be taken for X", "red
+#   flag sx", and a safety net's "if sx not improving", whose "not" negates nothing); a risk (the RISK category:
+#   "the risks of surgery including X", "a risk factor for X", "side effects such as X", "S/e"); a relative after
+#   the condition ("diabetes in her mother"), not one who reports or comes along ("her mother thought she felt
+#   hot", "described by her mother", "her mother and she returned").
 # - "but", "p/w" (presents with), ";" and their kin end every cue's scope, not only a negation's; a relative clause
 #   ("who", "which": the CLAUSE pseudo-cue) ends all but a relative's and a risk's; a cause ("due to", "after":
 #   CAUSE) ends a negation's and an uncertainty's ("no joint damage due to his arthritis"); a finding ("showed":
@@ -159,6 +174,9 @@ EXTRA_CUES = (
     ("NEGATED_EXISTENCE", "BACKWARD", "were|been ruled out"),
     ("NEGATED_EXISTENCE", "FORWARD", f"{_BE} ruled out for"),
     ("NEGATED_EXISTENCE", "BIDIRECTIONAL", "resolved"),
+    ("NEGATED_EXISTENCE", "BACKWARD", "-? but|and now|since resolved|settled|gone"),
+    ("NEGATED_EXISTENCE", "BACKWARD", "but not now|anymore"),
+    ("NEGATED_EXISTENCE", "PSEUDO", "sx|symptoms? not|no better|improving|improved|improve|settling|settled|worse"),
     ("NEGATED_EXISTENCE", "FORWARD", "resolution of"),
     ("NEGATED_EXISTENCE", "FORWARD", "nil|neither"),
     ("NEGATED_EXISTENCE", "FORWARD", "fail|fails|failed to demonstrate|show|reveal|identify"),
@@ -210,11 +228,17 @@ EXTRA_CUES = (
     ("POSSIBLE_EXISTENCE", "FORWARD", "determine|confirm|check|see if|whether"),
     ("POSSIBLE_EXISTENCE", "FORWARD", "screened|screening for"),
     ("POSSIBLE_EXISTENCE", "BACKWARD", "screening"),
+    ("POSSIBLE_EXISTENCE", "BACKWARD", "testing|serology|swabs", {"max_scope": 3}),
+    ("POSSIBLE_EXISTENCE", "FORWARD", "screen|test the? patient|her|him|them today? for"),
     ("POSSIBLE_EXISTENCE", "BACKWARD", "index of suspicion"),
+    ("POSSIBLE_EXISTENCE", "FORWARD", "+ /-"),
     ("POSSIBLE_EXISTENCE", "FORWARD", "evaluate|eval|evaluation|assess|test|testing|work-up|workup for"),
     ("HISTORICAL", "FORWARD", "pmh|previous|previously|prior|remote|known|old"),
     ("HISTORICAL", "PSEUDO", "year|years|month|months|week|weeks|day|days|yr|yrs|mo -? old"),
     ("HISTORICAL", "PSEUDO", "year|years|month|months|week|weeks|day|days history|hx of"),
+    ("HISTORICAL", "PSEUDO", "day|days|week|weeks history|hx"),
+    ("HISTORICAL", "PSEUDO", "shape:d/d|shape:d/dd|shape:dd/dd history|hx"),
+    ("HISTORICAL", "PSEUDO", "shape:d/d|shape:d/dd|shape:dd/dd history|hx of"),
     ("HISTORICAL", "PSEUDO", "previously|otherwise well|healthy"),
     ("HISTORICAL", "PSEUDO", "from|than|since|to prior|previous"),
     ("HISTORICAL", "FORWARD", "s / p"),
@@ -226,7 +250,10 @@ EXTRA_CUES = (
     ("HISTORICAL", "PSEUDO", "in|over|during the past|last shape:dd days|weeks|months"),
     ("HISTORICAL", "BACKWARD", "in the past"),
     ("HISTORICAL", "BIDIRECTIONAL", "year|years|yrs|month|months ago"),
-    ("HISTORICAL", "FORWARD", "at that|which time"),
+    ("HISTORICAL", "BIDIRECTIONAL", "at that|which time"),
+    ("HISTORICAL", "FORWARD", "was|were last seen"),
+    ("HISTORICAL", "BIDIRECTIONAL", "at|during her|his|their|the last|previous|prior visit|appointment"),
+    ("HISTORICAL", "FORWARD", "went|was|were taken? to the? emergency|er|ed|hospital|urgent room|department|care? for"),
     ("HISTORICAL", "BACKWARD", "at age|aged"),
     ("HISTORICAL", "BACKWARD", f"as a|an {_CHILD}"),
     ("HISTORICAL", "BIDIRECTIONAL", f"when he|she|they was|were a|an? {_CHILD}|young"),
@@ -235,6 +262,8 @@ EXTRA_CUES = (
     ("HISTORICAL", "PSEUDO", f"{_STARTED} a few|couple|several of? {_AGO}"),
     ("CURRENT", "FORWARD", "newly|new diagnosed|dx|diagnosis|onset"),
     ("CURRENT", "FORWARD", "control of"),
+    ("CURRENT", "BACKWARD", "for a|one|two|three|few|couple of? day|days|week|hours"),
+    ("CURRENT", "BACKWARD", "for the? past|last shape:d days|hours"),
     ("CURRENT", "FORWARD", "has|have been experiencing|having|feeling|noticing"),
     ("HISTORICAL", "BACKWARD", "in high|middle? school|college|childhood"),
     ("HISTORICAL", "BIDIRECTIONAL", "last year"),
@@ -258,6 +287,13 @@ EXTRA_CUES = (
     ("HYPOTHETICAL", "FORWARD", f"{_COUNSELED} the|his|her? patient|pt|{_CONTACTS}? re|regarding|about|on|of"),
     ("HYPOTHETICAL", "FORWARD", "may|might|can|could|will also? worsen|cause|precipitate|trigger"),
     ("HYPOTHETICAL", "FORWARD", "be aware of"),
+    ("HYPOTHETICAL", "FORWARD", "for any"),
+    ("HYPOTHETICAL", "FORWARD", "red flag|flags sx|symptoms|signs"),
+    ("HYPOTHETICAL", "FORWARD", "safety netting|netted|net"),
+    ("RISK", "FORWARD", "s / e"),
+    ("HYPOTHETICAL", "FORWARD", "any signs|symptoms or? signs|symptoms? of"),
+    ("HYPOTHETICAL", "FORWARD", "can|may|could be used|taken for"),
+    ("HYPOTHETICAL", "FORWARD", "can|could|may|might|will result in|lead to"),
     ("HYPOTHETICAL", "BIDIRECTIONAL", "prevent|prevention|preventing"),
     ("HYPOTHETICAL", "BIDIRECTIONAL", "prophylaxis|ppx"),
     ("FAMILY", "FORWARD", "fh|fhx"),
@@ -624,11 +660,14 @@ def section_rules(default_path: str) -> list:
 def is_heading(doc: Doc, start: int, end: int) -> bool:
     """Whether the section rule matched at `doc[start:end]` is a heading: one that ends with a colon anywhere (a note
     exported with its line breaks flattened keeps its "FAMILY HISTORY:"), one without only where it starts a line
-    and either ends the line or is written in capitals. medspaCy's rules match case-blind, so that "Allergies" and
-    "Plan" would otherwise split "She denies any allergies" and start a section in the middle of a sentence."""
+    and either ends the line, is followed by " -" ("PMHx - Asthma") or is written in capitals. medspaCy's rules
+    match case-blind, so that "Allergies" and "Plan" would otherwise split "She denies any allergies" and start a
+    section in the middle of a sentence."""
     if doc[end - 1].text == ":" or (end < len(doc) and doc[end].text == ":"):
         return True
     starts_line = start == 0 or "\n" in doc[start - 1].text or "\n" in doc[start - 1].whitespace_
+    if starts_line and end < len(doc) and doc[end].text == "-":
+        return True
     ends_line = end == len(doc) or "\n" in doc[end].text or "\n" in doc[end - 1].whitespace_
     return starts_line and (ends_line or doc[start:end].text.isupper())
 

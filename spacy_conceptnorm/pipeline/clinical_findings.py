@@ -49,6 +49,7 @@ CLINICAL_FINDINGS: dict[str, str | None] = {
     "friction rub": None,
     "wheeze": "wheezing",
     "wheezes": "wheezing",
+    "wheezy": "wheezing",
     "JVD": None,
     "jugular venous distension": None,
     "jugular venous distention": None,
@@ -79,6 +80,10 @@ CLINICAL_FINDINGS: dict[str, str | None] = {
     "dizzy": "dizziness",
     "lightheaded": "lightheadedness",
     "fatigued": "fatigue",
+    "low energy": "fatigue",
+    "sweaty": None,
+    "shivery": None,
+    "fevers": "fever",
     "rashes": "rash",
     "effusion": None,
     "effusions": None,
@@ -115,6 +120,8 @@ CLINICAL_FINDINGS: dict[str, str | None] = {
     "bleeding": "hemorrhage",
     "nausea": "nausea",
     "nauseated": "nausea",
+    "feeling sick": "nausea",
+    "n&v": None,
     "vomiting": "vomiting",
     "vomited": "vomiting",
     "constipated": "constipation",
@@ -299,6 +306,12 @@ PROCEDURES = frozenset({
     "transplantation", "stent", "stents", "stenting",
 })  # fmt: skip
 HEADINGS = frozenset({"allergies", "allergy"})
+# The shorthand of a note's parts, places and measures, some of them a KB's short name (FH, familial
+# hypercholesterolemia; HPC, hereditary prostate cancer; LMP, NHS in MEDIC): never a condition in a note.
+NOTE_SHORTHAND = frozenset({
+    "hpc", "pc", "hx", "fh", "fhx", "fmh", "pmh", "pmhx", "psh", "dh", "sh", "shx", "lmp", "nhs", "itu", "icu", "hrs",
+    "ef", "hs",
+})  # fmt: skip
 # The labels of an examination's lines ("Ext: no edema", "Neuro: intact"), some of them a KB's short name (EXT,
 # hereditary multiple exostoses, in MEDIC): before a colon, a label.
 EXAM_LABELS = frozenset({"ext", "extr", "heent", "neuro", "psych", "gu", "msk", "abd", "resp", "cv", "pulm"})
@@ -406,11 +419,13 @@ class ClinicalFindings(Pipe):
         return found
 
     def other_sense(self, span: Span) -> bool:
-        """Whether an entity is a condition word in another sense: a title, the "Allergies" heading, an
-        examination line's label ("Ext:"), the modifier of the noun after it ("emergency room", "shingles
-        vaccine", "cataract surgery"), or a procedure's name ("carpal tunnel release")."""
+        """Whether an entity is a condition word in another sense: a title, a note's shorthand ("FH", "LMP"), the
+        "Allergies" heading, an examination line's label ("Ext:"), the modifier of the noun after it ("emergency
+        room", "shingles vaccine", "cataract surgery"), or a procedure's name ("carpal tunnel release")."""
         doc, text = span.doc, span.text.lower()
-        if text in TITLES or (text.rstrip(":") in HEADINGS and is_heading(doc, span.start, span.end)):
+        if text in TITLES or text in NOTE_SHORTHAND:
+            return True
+        if text.rstrip(":") in HEADINGS and is_heading(doc, span.start, span.end):
             return True
         if text in EXAM_LABELS and span.end < len(doc) and doc[span.end].text == ":":
             return True
