@@ -1,12 +1,26 @@
-"""`preprocess`: a PubTator corpus to a .spacy DocBin of gold entities."""
+"""`preprocess` and `preprocess-notes`: a PubTator corpus or annotated clinical notes to a .spacy DocBin of gold
+entities."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from ._util import app
+
+if TYPE_CHECKING:
+    from spacy.tokens import DocBin
+
+
+def write_doc_bin(doc_bin: DocBin, n_ents: int, output: Path) -> None:
+    """Write the DocBin to `output` atomically and say what it holds (`n_ents` entities)."""
+    from ..io.files import atomic_open
+
+    with atomic_open(output) as f:
+        f.write(doc_bin.to_bytes())
+    typer.echo(f"{len(doc_bin)} documents, {n_ents} entities -> {output}")
 
 
 @app.command("preprocess")
@@ -25,7 +39,6 @@ def preprocess(
 
     from ..errors import ConceptNormError, Errors
     from ..io.corpus import pubtator_to_docs
-    from ..io.files import atomic_open
 
     nlp, doc_bin, n_ents = spacy.blank(lang), DocBin(store_user_data=True), 0
     for source in sources:
@@ -35,9 +48,7 @@ def preprocess(
             n_ents += len(doc.ents)
         if len(doc_bin) == n_docs:
             raise ConceptNormError(Errors.E603.format(path=source))
-    with atomic_open(output) as f:
-        f.write(doc_bin.to_bytes())
-    typer.echo(f"{len(doc_bin)} documents, {n_ents} entities -> {output}")
+    write_doc_bin(doc_bin, n_ents, output)
 
 
 @app.command("preprocess-notes")
@@ -56,7 +67,6 @@ def preprocess_notes(
     from spacy.tokens import DocBin
 
     from ..errors import ConceptNormError
-    from ..io.files import atomic_open
     from ..training.clinical_notes import notes_to_docs
 
     nlp, doc_bin, n_ents = spacy.blank(lang), DocBin(), 0
@@ -68,6 +78,4 @@ def preprocess_notes(
     except ConceptNormError as e:
         typer.echo(f"Error: {e}", err=True)
         raise typer.Exit(1) from None
-    with atomic_open(output) as f:
-        f.write(doc_bin.to_bytes())
-    typer.echo(f"{len(doc_bin)} documents, {n_ents} entities -> {output}")
+    write_doc_bin(doc_bin, n_ents, output)
