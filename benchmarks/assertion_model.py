@@ -19,7 +19,7 @@ from sklearn.feature_extraction import DictVectorizer
 from sklearn.linear_model import LogisticRegression
 from spacy.tokens import Span
 
-from spacy_conceptnorm.evaluation.assertion import non_overlapping_groups, read_annotated_spans, spans_by_text
+from spacy_conceptnorm.evaluation.assertion import asserted_entities, read_annotated_spans, spans_by_text
 
 FOLDS = 5
 
@@ -39,17 +39,11 @@ def features(ent: Span) -> dict[str, int]:
 def rows(path: str, describe: Callable[[Span], Any] = features) -> list[tuple[int, Any, str, str]]:
     """(note, `describe` of the entity, gold status, the rules' status) of every annotated span of `path`."""
     nlp = spacy.blank("en")
-    context = nlp.add_pipe("clinical_context")
+    context = nlp.add_pipe("clinical_context").name
     found = []
     for note, (text, spans) in enumerate(spans_by_text(read_annotated_spans(path)).items()):
-        doc = nlp.make_doc(text)
-        gold = {doc.char_span(s.start, s.end, alignment_mode="expand"): s for s in spans}
-        for group in non_overlapping_groups(list(gold)):
-            doc = nlp.make_doc(text)
-            doc.ents = [Span(doc, g.start, g.end, label="ENTITY") for g in group]
-            context(doc)
-            for token_span, ent in zip(group, doc.ents, strict=True):
-                found.append((note, describe(ent), gold[token_span].status, ent._.assertion))
+        for span, ent in zip(spans, asserted_entities(nlp, context, text, spans), strict=True):
+            found.append((note, describe(ent), span.status, ent._.assertion))
     return found
 
 

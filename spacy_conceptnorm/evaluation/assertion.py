@@ -116,9 +116,10 @@ def non_overlapping_groups(spans: list[Span]) -> list[list[Span]]:
     return rounds
 
 
-def predict_statuses(nlp: Language, context: str, text: str, spans: list[AnnotatedSpan]) -> list[str]:
-    """The status `clinical_context` gives each annotated span of one text, the spans made the doc's entities."""
-    predicted = {}
+def asserted_entities(nlp: Language, context: str, text: str, spans: list[AnnotatedSpan]) -> list[Span]:
+    """Each annotated span of one text as the entity `clinical_context` read, its status set: the spans are made
+    the entities of a doc of the text, in as many docs as it takes for none to overlap another of its doc."""
+    entities = {}
     doc = nlp.make_doc(text)
     token_spans = {doc.char_span(s.start, s.end, alignment_mode="expand"): s for s in spans}
     for group in non_overlapping_groups(list(token_spans)):
@@ -126,8 +127,13 @@ def predict_statuses(nlp: Language, context: str, text: str, spans: list[Annotat
         round_doc.ents = [Span(round_doc, s.start, s.end, label="ENTITY") for s in group]
         nlp.get_pipe(context)(round_doc)
         for span, ent in zip(group, round_doc.ents, strict=True):
-            predicted[token_spans[span]] = ent._.assertion
-    return [predicted[s] for s in spans]
+            entities[token_spans[span]] = ent
+    return [entities[s] for s in spans]
+
+
+def predict_statuses(nlp: Language, context: str, text: str, spans: list[AnnotatedSpan]) -> list[str]:
+    """The status `clinical_context` gives each annotated span of one text, the spans made the doc's entities."""
+    return [ent._.assertion for ent in asserted_entities(nlp, context, text, spans)]
 
 
 def overlapping(start: int, end: int, items: list[tuple[int, int, Any]]) -> list[tuple[int, Any]]:
