@@ -190,6 +190,20 @@ def test_whole_note_headings():
         ("Initial diarrhea - but now resolved. Felt dizzy this morning, but not now.",
          {"diarrhea": "negated", "dizzy": "negated"}),
         ("Imp: tension type headache +/- migraine", {"tension type headache": "affirmed", "migraine": "uncertain"}),
+        # nursing notes' shorthand
+        ("NO C/O CHEST PAIN. A-PACED W/O ECTOPY. Stool guaiac neg.",
+         {"CHEST PAIN": "negated", "ECTOPY": "negated", "guaiac": "negated"}),
+        ("Stool sent for c-diff. h-pylori pending. Denies orthopnea or PND.",
+         {"c-diff": "uncertain", "h-pylori": "uncertain", "orthopnea": "negated", "PND": "negated"}),
+        ("Aspiration precautions. Pain med prn. Keep pt free of ischemia. Paced to diminish chances of afib.",
+         {"Aspiration": "hypothetical", "Pain": "hypothetical", "ischemia": "hypothetical", "afib": "hypothetical"}),
+        ("Admitted for further w/u of tachycardia. Wheezing resolves with nebs.",
+         {"tachycardia": "affirmed", "Wheezing": "negated"}),
+        ("HO aware of hypotension. Family adamant that the drips stop after BP drop.",
+         {"hypotension": "affirmed", "BP drop": "affirmed"}),
+        # a "?" questions the word it is written against, else the words after it
+        ("Increased sob, ?CHF. Source is urine? Rash over trunk from ? adhesive.",
+         {"sob": "affirmed", "CHF": "uncertain", "urine": "uncertain", "Rash": "affirmed"}),
     ],
 )  # fmt: skip
 def test_whole_note_cues(text, expected):
@@ -603,6 +617,10 @@ def test_clinical_findings_removes_a_notes_shorthand_and_finds_general_practice_
     nlp.add_pipe("clinical_findings")
     doc = nlp("HPC: cough for 48 hrs, wheezy, feeling sick, N&V and tired. FH: nil. LMP 2 weeks ago.")
     assert [e.text for e in doc.ents] == ["cough", "wheezy", "feeling sick", "N&V"]
+    # a nursing note's shorthand for routine care: bowel movement, blood pressure, nitroglycerin (BS, NTG in MEDIC)
+    nlp = ruler_pipeline(["bm", "bp", "bs", "ntg", "hypotension"], context=False)
+    nlp.add_pipe("clinical_findings")
+    assert [e.text for e in nlp("No BM. BP low, hypotension on NTG, + BS.").ents] == ["hypotension"]
 
 
 def test_clinical_findings_removes_the_names_of_procedures():

@@ -139,12 +139,23 @@ EXTRA_SECTION_ATTRIBUTES = {"allergies": {"is_hypothetical": True}}
 # - A fourth element, where there is one, holds medspaCy's options of the rule (`max_scope`: "non-" negates the
 #   word after it, not "non-blanching rash, lethargy or seizure").
 # - Pseudo-cues of their own category ("given for") keep a shorter cue ("given") from matching inside them.
+# - Nursing notes' shorthand: "no c/o X", "w/o X", "X neg" (negated), "sent for X", "X pending" (uncertain), "X
+#   precautions", "X med prn", "keep pt free of X", "chances of X", "X risk", "anticipate" (hypothetical), "X
+#   resolves", "X subsided" (negated); "HO" (the house officer) and the family "aware", "at the bedside",
+#   "adamant" modify nothing; "for further w/u of X" is no "further X". A "?" questions the word it is written
+#   against ("pneumonia?"), else what follows it ("?CHF", "sob, ? tamponade"): `questions`.
 _BE = "is|was|are|were|been|be"
+
 _RELATIVES = (
     "mother|father|mom|dad|mum|sister|brother|sibling|siblings|son|daughter|aunt|uncle|grandmother|grandfather|"
     "cousin|parents|children"
 )
 _CONTACTS = f"{_RELATIVES}|wife|husband|spouse|partner|family"
+# what a relative or the house officer ("HO", which medspaCy reads as "history of") does in a nursing note
+_VISITS = (
+    "aware|adamant|updated|present|visited|visiting|at|in|wants|wanted|wishes|wished|requests|requested|requesting|"
+    "phoned|informed|notified|paged|decided|agrees|agreed|would|spoke|declined|came|here|made"
+)
 _COUNSELED = "counsel|counseled|counselled|educated|warned|advised"
 _KIN = "maternal|paternal|younger|older|elder|twin|late?"  # the "?": a relative's qualifier may be missing
 _SEEN = "seen|identified|present|demonstrated|visualized|appreciated|noted|detected|evident|found|elicited|suspected"
@@ -155,6 +166,17 @@ _SAYS = (
     "reports|reported|states|stated|found|noticed|noted|says|said|brought|witnessed|called|describes|asked|told|"
     "thought|thinks|believes|felt|feels|notes|mentions|mentioned|explains|explained|adds|added|confirms|confirmed"
 )
+
+
+def questions(target: Span, cue: Span, between: Span) -> bool:
+    """Whether a "?" cue questions `target`: written against the word before it ("pneumonia?") it questions what
+    comes before it; otherwise ("?CHF", "sob, ? tamponade") what follows (medspaCy's `on_modifies`)."""
+    doc = cue.doc
+    before = doc[cue.start - 1] if cue.start > 0 else None
+    after_word = before is not None and not before.whitespace_ and not (before.is_space or before.is_punct)
+    return target.end <= cue.start if after_word else target.start >= cue.end
+
+
 EXTRA_CUES = (
     ("NEGATED_EXISTENCE", "BIDIRECTIONAL", ": no"),
     ("NEGATED_EXISTENCE", "BACKWARD", ": negative|neg|absent"),
@@ -175,6 +197,7 @@ EXTRA_CUES = (
     ("NEGATED_EXISTENCE", "FORWARD", f"{_BE} ruled out for"),
     ("NEGATED_EXISTENCE", "BIDIRECTIONAL", "resolved"),
     ("NEGATED_EXISTENCE", "BACKWARD", "-? but|and now|since resolved|settled|gone"),
+    ("NEGATED_EXISTENCE", "BACKWARD", "resolves|resolving|subsided", {"max_scope": 6}),
     ("NEGATED_EXISTENCE", "BACKWARD", "but not now|anymore"),
     ("NEGATED_EXISTENCE", "PSEUDO", "sx|symptoms? not|no better|improving|improved|improve|settling|settled|worse"),
     ("NEGATED_EXISTENCE", "FORWARD", "resolution of"),
@@ -195,8 +218,12 @@ EXTRA_CUES = (
     ("NEGATED_EXISTENCE", "PSEUDO", "denies|deny|no any? change|changes in|to|of"),
     ("NEGATED_EXISTENCE", "PSEUDO", "not|n't successfully|significantly? reduce|affect|improve|relieve|help|alleviate"),
     ("NEGATED_EXISTENCE", "PSEUDO", "free nipple|flap|graft|fluid|air|wall|t4|t3"),
+    ("NEGATED_EXISTENCE", "FORWARD", "no|denies|denied|without c / o"),
+    ("NEGATED_EXISTENCE", "FORWARD", "w / o"),
+    ("NEGATED_EXISTENCE", "BACKWARD", "neg", {"max_scope": 1}),
+    ("NEGATED_EXISTENCE", "PSEUDO", "gram neg"),
     ("POSSIBLE_EXISTENCE", "FORWARD", "possibly|probable|questionable|suspected|presumed|presumptive|query"),
-    ("POSSIBLE_EXISTENCE", "BIDIRECTIONAL", "?"),
+    ("POSSIBLE_EXISTENCE", "BIDIRECTIONAL", "?", {"on_modifies": questions}),
     ("POSSIBLE_EXISTENCE", "BACKWARD", "possible|likely|suspected|probable ;|.|,|on|in|at"),
     ("POSSIBLE_EXISTENCE", "FORWARD", "felt|thought|believed|presumed to be"),
     ("POSSIBLE_EXISTENCE", "FORWARD", "likely|possibly|probably due|secondary|related to"),
@@ -233,6 +260,8 @@ EXTRA_CUES = (
     ("POSSIBLE_EXISTENCE", "BACKWARD", "index of suspicion"),
     ("POSSIBLE_EXISTENCE", "FORWARD", "+ /-"),
     ("POSSIBLE_EXISTENCE", "FORWARD", "evaluate|eval|evaluation|assess|test|testing|work-up|workup for"),
+    ("POSSIBLE_EXISTENCE", "FORWARD", "sent|send|sending for", {"max_scope": 3}),
+    ("POSSIBLE_EXISTENCE", "BACKWARD", "pending", {"max_scope": 1}),
     ("HISTORICAL", "FORWARD", "pmh|previous|previously|prior|remote|known|old"),
     ("HISTORICAL", "PSEUDO", "year|years|month|months|week|weeks|day|days|yr|yrs|mo -? old"),
     ("HISTORICAL", "PSEUDO", "year|years|month|months|week|weeks|day|days history|hx of"),
@@ -290,6 +319,13 @@ EXTRA_CUES = (
     ("HYPOTHETICAL", "FORWARD", "red flag|flags sx|symptoms|signs"),
     ("HYPOTHETICAL", "FORWARD", "safety netting|netted|net"),
     ("RISK", "FORWARD", "s / e"),
+    ("RISK", "BACKWARD", "risk", {"max_scope": 1}),
+    ("RISK", "FORWARD", "chance|chances of"),
+    ("HYPOTHETICAL", "BACKWARD", "precautions", {"max_scope": 1}),
+    ("HYPOTHETICAL", "BACKWARD", "prn", {"max_scope": 7}),
+    ("HYPOTHETICAL", "FORWARD", "keep pt|patient|him|her? free of"),
+    ("HYPOTHETICAL", "PSEUDO", "for further w / u|workup|work-up|management|monitoring|care|treatment"),
+    ("HYPOTHETICAL", "FORWARD", "anticipate|anticipated|anticipating|expect|expected that?"),
     ("HYPOTHETICAL", "FORWARD", "any signs|symptoms or? signs|symptoms? of"),
     ("HYPOTHETICAL", "FORWARD", "can|may|could be used|taken for"),
     ("HYPOTHETICAL", "FORWARD", "can|could|may|might|will result in|lead to"),
@@ -305,6 +341,8 @@ EXTRA_CUES = (
     ("FAMILY", "PSEUDO", "the|this|our child|baby|infant"),
     ("FAMILY", "PSEUDO", f"by|to his|her|their|the {_CONTACTS}"),
     ("FAMILY", "PSEUDO", f"{_CONTACTS} and|& friends|she|he|i"),
+    ("FAMILY", "PSEUDO", f"{_CONTACTS} {_VISITS}"),
+    ("HISTORICAL", "PSEUDO", f"ho {_VISITS}"),
     ("TERMINATE", "TERMINATE", "but|however|although|though|except|yet|;"),
     ("CLAUSE", "PSEUDO", "which|who"),
     ("CAUSE", "PSEUDO", "due|secondary|owing to"),

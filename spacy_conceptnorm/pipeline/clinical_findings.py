@@ -82,6 +82,10 @@ CLINICAL_FINDINGS: dict[str, str | None] = {
     "fatigued": "fatigue",
     "low energy": "fatigue",
     "sweaty": None,
+    "secretions": None,
+    "lethargic": "lethargy",
+    "confused": "confusion",
+    "splinting": None,
     "shivery": None,
     "fevers": "fever",
     "rashes": "rash",
@@ -306,11 +310,15 @@ PROCEDURES = frozenset({
     "transplantation", "stent", "stents", "stenting",
 })  # fmt: skip
 HEADINGS = frozenset({"allergies", "allergy"})
-# The shorthand of a note's parts, places and measures, some of them a KB's short name (FH, familial
-# hypercholesterolemia; HPC, hereditary prostate cancer; LMP, NHS in MEDIC): never a condition in a note.
+# The shorthand of a note's parts, places, measures and (in nursing notes) routine care, some of them a KB's short
+# name (FH, familial hypercholesterolemia; HPC, hereditary prostate cancer; LMP, NHS, BS, NTG in MEDIC): never a
+# condition in a note. BM, BS, BP, LS, UO: bowel movement, bowel or breath sounds, blood pressure, lung sounds,
+# urine output; NTG, NS, PRBC, TF, HEP, IVF, FS, HD: nitroglycerin, normal saline, red cells, tube feeds, heparin, IV
+# fluids, fingerstick, hemodialysis; CDI, ND: clean, dry and intact, non-distended.
 NOTE_SHORTHAND = frozenset({
     "hpc", "pc", "hx", "fh", "fhx", "fmh", "pmh", "pmhx", "psh", "dh", "sh", "shx", "lmp", "nhs", "itu", "icu", "hrs",
-    "ef", "hs",
+    "ef", "hs", "bm", "bs", "bp", "ls", "uo", "ntg", "ns", "prbc", "tf", "hep", "peep", "cpt", "noc", "pts", "meds",
+    "amts", "mgs", "bed", "sl", "ivf", "fs", "cdi", "hd", "bss", "pca", "fm", "nd", "db", "ob",
 })  # fmt: skip
 # The labels of an examination's lines ("Ext: no edema", "Neuro: intact"), some of them a KB's short name (EXT,
 # hereditary multiple exostoses, in MEDIC): before a colon, a label.
