@@ -204,6 +204,21 @@ def test_whole_note_headings():
         # a "?" questions the word it is written against, else the words after it
         ("Increased sob, ?CHF. Source is urine? Rash over trunk from ? adhesive.",
          {"sob": "affirmed", "CHF": "uncertain", "urine": "uncertain", "Rash": "affirmed"}),
+        ("Bruising R LQ-? more swollen.", {"Bruising": "affirmed", "swollen": "uncertain"}),
+        # a negation ends where a nursing note's next clause starts with a measure; "s/p" of this admission
+        ("NSR with no ectopy, BP high during transport. Admitted s/p GI bleed.",
+         {"ectopy": "negated", "BP high": "affirmed", "GI bleed": "affirmed"}),
+        ("No spontaneous movement, does not follow commands. Suctioned old bloody sputum.",
+         {"does not follow commands": "affirmed", "sputum": "affirmed"}),
+        ("Extubated without incident, weak cough. No plans for surgery, hip fracture stable.",
+         {"cough": "affirmed", "fracture": "affirmed"}),
+        ("Lungs clear, no c/o SOB. diminished at bases.", {"SOB": "negated", "diminished": "affirmed"}),
+        # a past history's list runs past ";", the other cues end there
+        ("A 24 yr old with hx IDDM; obesity; asthma. No fever; cough.",
+         {"IDDM": "historical", "obesity": "historical", "asthma": "historical", "fever": "negated",
+          "cough": "affirmed"}),
+        ("SBP dropped to 70s but recovered without intervention. Headache but resolved.",
+         {"SBP dropped": "negated", "Headache": "negated"}),
     ],
 )  # fmt: skip
 def test_whole_note_cues(text, expected):

@@ -49,6 +49,8 @@ FLAGS = (
     ("historical", "is_historical"),
 )
 AFFIRMED = "affirmed"
+# words that, inside an entity, make the absence itself the finding (`holds_negation`)
+OWN_NEGATIONS = frozenset(("no", "not", "n't", "unable", "absent", "nor", "without", "cannot"))
 # How `split_sentences` splits them: the compiled rules of `text.sentences` or medspaCy's PyRuSH (see ClinicalContext)
 SENTENCES = ("rules", "pyrush")
 STATUSES = (*(status for status, _ in FLAGS), AFFIRMED)
@@ -121,10 +123,13 @@ EXTRA_SECTION_ATTRIBUTES = {"allergies": {"is_hypothetical": True}}
 #   the reasons for a test ("to exclude X", "evaluate for X", "to determine if he has X", "screened for X", "STD
 #   testing", "screen her for X"), which medspaCy reads as negation; a possible cause ("could be due to X",
 #   "attributes this to X", "I am concerned he has X"); "+/-".
-# - History ("s/p", "previous", "years ago" either side, "when she was a baby", a past encounter: "went to the
+# - History ("status post", "previous", "years ago" either side, "when she was a baby", a past encounter: "went to the
 #   emergency room for X", "at her last visit") but not the recent past ("a two-day history of", "3/7 hx of" in
 #   general practice's shorthand, "Hx of X for a week", "in the past 6 months", "natural history") nor a current
-#   symptom's onset ("started 3 months ago");
+#   symptom's onset ("started 3 months ago") nor "s/p", which in notes written during a stay is mostly this
+#   admission's event ("admitted s/p GI bleed"), nor "old" blood, sputum or drainage; a past history's list ("hx
+#   IDDM; obesity; asthma": the PAST_HISTORY category, medspaCy's "history" cue) runs past the ";" that ends
+#   every other cue (the LIST pseudo-cue);
 #   the present under a past-history heading (the CURRENT category, which clears `is_historical`: "newly diagnosed
 #   X", "good control of his X", "has been experiencing X"); the future ("monitor for", "be aware of", "to avoid",
 #   "will cause", "DVT prophylaxis", which medspaCy reads as negated; "for any pain", "can be taken for X", "red
@@ -143,7 +148,10 @@ EXTRA_SECTION_ATTRIBUTES = {"allergies": {"is_hypothetical": True}}
 #   precautions", "X med prn", "keep pt free of X", "chances of X", "X risk", "anticipate" (hypothetical), "X
 #   resolves", "X subsided" (negated); "HO" (the house officer) and the family "aware", "at the bedside",
 #   "adamant" modify nothing; "for further w/u of X" is no "further X". A "?" questions the word it is written
-#   against ("pneumonia?"), else what follows it ("?CHF", "sob, ? tamponade"): `questions`.
+#   against ("pneumonia?"), else what follows it ("?CHF", "sob, ? tamponade"): `questions`. A clause that starts
+#   with a measure after a comma or dash ends every cue ("no ectopy, BP high"); "X ... but recovered" is over
+#   (negated); "without incident", "no plans for" negate nothing. An entity whose own words say a function is
+#   absent ("does not follow commands") is not negated by a cue before it (`holds_negation`).
 _BE = "is|was|are|were|been|be"
 
 _RELATIVES = (
@@ -155,6 +163,12 @@ _CONTACTS = f"{_RELATIVES}|wife|husband|spouse|partner|family"
 _VISITS = (
     "aware|adamant|updated|present|visited|visiting|at|in|wants|wanted|wishes|wished|requests|requested|requesting|"
     "phoned|informed|notified|paged|decided|agrees|agreed|would|spoke|declined|came|here|made"
+)
+# what a nursing note's clause starts with after a comma or dash: a vital sign, a result, an organ's examination
+# ("no ectopy, BP high", "NSR with no ectopy, SBP very labile")
+_MEASURES = (
+    "bp|bps|sbp|sbps|dbp|map|maps|hr|rr|ci|co|cvp|svr|pad|pas|temp|tmax|sats|sat|spo2|o2|wbc|hct|hgb|k|na|lungs|ls|"
+    "abd|abdomen|bs|neuro|cv|resp|gi|gu|skin"
 )
 _COUNSELED = "counsel|counseled|counselled|educated|warned|advised"
 _KIN = "maternal|paternal|younger|older|elder|twin|late?"  # the "?": a relative's qualifier may be missing
@@ -170,10 +184,11 @@ _SAYS = (
 
 def questions(target: Span, cue: Span, between: Span) -> bool:
     """Whether a "?" cue questions `target`: written against the word before it ("pneumonia?") it questions what
-    comes before it; otherwise ("?CHF", "sob, ? tamponade") what follows (medspaCy's `on_modifies`)."""
+    comes before it; otherwise ("?CHF", "sob, ? tamponade", "CR-? renal consult") what follows (medspaCy's
+    `on_modifies`)."""
     doc = cue.doc
     before = doc[cue.start - 1] if cue.start > 0 else None
-    after_word = before is not None and not before.whitespace_ and not (before.is_space or before.is_punct)
+    after_word = before is not None and not before.whitespace_ and before.text[-1].isalnum()
     return target.end <= cue.start if after_word else target.start >= cue.end
 
 
@@ -198,6 +213,9 @@ EXTRA_CUES = (
     ("NEGATED_EXISTENCE", "BIDIRECTIONAL", "resolved"),
     ("NEGATED_EXISTENCE", "BACKWARD", "-? but|and now|since resolved|settled|gone"),
     ("NEGATED_EXISTENCE", "BACKWARD", "resolves|resolving|subsided", {"max_scope": 6}),
+    ("NEGATED_EXISTENCE", "BACKWARD", "but|which|and? recovered|recover|recovering|rebounded|rebounding",
+     {"max_scope": 8}),
+    ("NEGATED_EXISTENCE", "BACKWARD", "but resolved|resolves|subsided", {"max_scope": 8}),
     ("NEGATED_EXISTENCE", "BACKWARD", "but not now|anymore"),
     ("NEGATED_EXISTENCE", "PSEUDO", "sx|symptoms? not|no better|improving|improved|improve|settling|settled|worse"),
     ("NEGATED_EXISTENCE", "FORWARD", "resolution of"),
@@ -209,7 +227,8 @@ EXTRA_CUES = (
     ("NEGATED_EXISTENCE", "PSEUDO", "not|non compliant|adherent"),
     ("NEGATED_EXISTENCE", "PSEUDO", "no significant|interval|definite? change|increase"),
     ("NEGATED_EXISTENCE", "PSEUDO", "not only|cause"),
-    ("NEGATED_EXISTENCE", "PSEUDO", "without difficulty"),
+    ("NEGATED_EXISTENCE", "PSEUDO", "without difficulty|incident|complication|complications|event"),
+    ("NEGATED_EXISTENCE", "PSEUDO", "no plan|plans to|for"),
     ("NEGATED_EXISTENCE", "PSEUDO", "gram negative"),
     ("NEGATED_EXISTENCE", "FORWARD", "no other likely|obvious|apparent? source|cause|etiology of|for"),
     ("NEGATED_EXISTENCE", "FORWARD", "never"),
@@ -269,10 +288,12 @@ EXTRA_CUES = (
     ("HISTORICAL", "PSEUDO", "shape:d/d|shape:d/dd|shape:dd/dd history|hx of?"),
     ("HISTORICAL", "PSEUDO", "previously|otherwise well|healthy"),
     ("HISTORICAL", "PSEUDO", "from|than|since|to prior|previous"),
-    ("HISTORICAL", "FORWARD", "s / p"),
     ("HISTORICAL", "FORWARD", "status post"),
+    ("PAST_HISTORY", "FORWARD", "history|hx|hist|ho"),
+    ("PAST_HISTORY", "FORWARD", "hx|history ( + ) for?"),
     ("HISTORICAL", "PSEUDO", "prior to"),
     ("HISTORICAL", "PSEUDO", "natural history"),
+    ("HISTORICAL", "PSEUDO", "old blood|bloody|clot|clots|drainage|sputum|secretions|thrombus|dressing"),
     ("HISTORICAL", "PSEUDO", "in|over|during the past|last few|several? days|weeks|months"),
     ("HISTORICAL", "PSEUDO", "in|over|during the past|last shape:d days|weeks|months"),
     ("HISTORICAL", "PSEUDO", "in|over|during the past|last shape:dd days|weeks|months"),
@@ -343,7 +364,8 @@ EXTRA_CUES = (
     ("FAMILY", "PSEUDO", f"{_CONTACTS} and|& friends|she|he|i"),
     ("FAMILY", "PSEUDO", f"{_CONTACTS} {_VISITS}"),
     ("HISTORICAL", "PSEUDO", f"ho {_VISITS}"),
-    ("TERMINATE", "TERMINATE", "but|however|although|though|except|yet|;"),
+    ("TERMINATE", "TERMINATE", "but|however|although|though|except|yet"),
+    ("LIST", "PSEUDO", ";"),
     ("CLAUSE", "PSEUDO", "which|who"),
     ("CAUSE", "PSEUDO", "due|secondary|owing to"),
     ("CAUSE", "PSEUDO", "after"),
@@ -354,23 +376,31 @@ EXTRA_CUES = (
     ("TERMINATE", "TERMINATE", "in the? setting of"),
     ("PSEUDO", "PSEUDO", "given for|to|as|in|at|by|with|iv|po"),
     ("TERMINATE", "TERMINATE", "p|c / w|o"),
+    ("TERMINATE", "TERMINATE", f",|- {_MEASURES}"),
+    ("TERMINATE", "TERMINATE", ",|- u / o"),
 )  # fmt: skip
 # A negation's scope ends at a cue of uncertainty and the other way round: "negative for strep pharyngitis, likely
 # viral pharyngitis", "possible pneumonia, no effusion"; a relative clause ends them and history's and the
 # future's, not a relative's: "his father, who had an MI".
 TERMINATING_TYPES = {
-    "NEGATED_EXISTENCE": ["POSSIBLE_EXISTENCE", "CLAUSE", "CAUSE", "FINDING"],
-    "POSSIBLE_EXISTENCE": ["NEGATED_EXISTENCE", "CLAUSE", "CAUSE", "FINDING"],
-    "HISTORICAL": ["CLAUSE", "CURRENT"],
-    "HYPOTHETICAL": ["CLAUSE", "FINDING"],
-    "FAMILY": ["FINDING"],
+    "NEGATED_EXISTENCE": ["POSSIBLE_EXISTENCE", "CLAUSE", "CAUSE", "FINDING", "LIST"],
+    "POSSIBLE_EXISTENCE": ["NEGATED_EXISTENCE", "CLAUSE", "CAUSE", "FINDING", "LIST"],
+    "HISTORICAL": ["CLAUSE", "CURRENT", "LIST"],
+    "PAST_HISTORY": ["CLAUSE", "CURRENT"],
+    "HYPOTHETICAL": ["CLAUSE", "FINDING", "LIST"],
+    "FAMILY": ["FINDING", "LIST"],
+    "RISK": ["LIST"],
 }
 # The attributes of the cues' categories that medspaCy lacks: a risk is hypothetical, and its scope runs to the end of
 # the sentence, past the relative clauses of a consent paragraph ("the risks including infection, which may require
 # ..., stroke or death"); what is current is not historical, whatever its section.
-EXTRA_CATEGORIES = {"RISK": {"is_hypothetical": True}, "CURRENT": {"is_historical": False}}
+EXTRA_CATEGORIES = {
+    "RISK": {"is_hypothetical": True},
+    "CURRENT": {"is_historical": False},
+    "PAST_HISTORY": {"is_historical": True},
+}
 # medspaCy's default rules that the cues above replace (by literal)
-REPLACED_CUES = (": no", "resolved", "to exclude", "evaluate for", "test for", "prophylaxis", "source for")
+REPLACED_CUES = (": no", "resolved", "to exclude", "evaluate for", "test for", "prophylaxis", "source for", "history")
 
 
 def token_pattern(words: str) -> list[dict]:
@@ -799,6 +829,16 @@ class ClinicalContext:
         for target, modifier in graph.edges:
             target._.modifiers += (modifier,)
         context.set_context_attributes(graph.edges)
+        for ent in doc.ents:
+            if ent._.is_negated and holds_negation(ent):
+                ent._.is_negated = False
+
+
+def holds_negation(ent: Span) -> bool:
+    """Whether the entity's own words say a function is absent ("unable to void", "does not follow commands", "no
+    gag reflex"): the absence is the finding, which a negation before it ("no movement of extremities, does not
+    follow commands") does not undo."""
+    return any(token.lower_ in OWN_NEGATIONS for token in ent)
 
 
 @Language.factory(

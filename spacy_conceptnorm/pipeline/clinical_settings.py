@@ -25,7 +25,7 @@ from .link_filter import check_confidence
 
 # The `link_filter`'s threshold for the entities of a recognizer trained on clinical notes (`use_recognizer`):
 # most signs and symptoms it finds have no MEDIC concept and a low confidence (docs/clinical.md).
-CLINICAL_RECOGNIZER_MIN_CONFIDENCE = 0.2
+CLINICAL_RECOGNIZER_MIN_CONFIDENCE = 0.1
 
 # factory -> setting -> value
 CLINICAL_SETTINGS: dict[str, dict[str, object]] = {

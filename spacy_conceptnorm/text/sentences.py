@@ -6,8 +6,8 @@ PyRuSH finds with its rules (`conf/rush_rules.tsv`, run by a pure-Python rule en
 - after a full stop, "!" or "?" that ends a word (and any closing quote or bracket) and spaces on the same line,
   before a capital letter (or a quote or bracket and a capital), unless the stop ends a title or an abbreviation
   ("Dr.", "e.g.", "b.i.d."), a single capital (an initial: "J. Smith") or the number of a list item at the start
-  of a line ("1."); after a full stop before a lower-case word only if the stop ends a lower-case word ("no pain.
-  prior gi bleed");
+  of a line ("1."); after a full stop before a lower-case word only if the stop ends a lower-case word or a word of
+  two letters or more that is no number and no dosing ("no pain. prior gi bleed", "no c/o SOB. lungs clear");
 - after a blank line;
 - after a line break that ends a line in ".", ":", "!" or "?", or in a lower-case letter before a line that begins
   with a capital, or before a line that begins with a bullet ("-", "*", "•") or a label and a colon ("GEN:"). A
@@ -53,8 +53,9 @@ def _ends_sentence(text: str, stop: int) -> bool:
     word = match.group(1) if match else ""
     if text[stop + 1 : stop + 2] in (" ", "\t", "\xa0") and text[stop + 1 :].lstrip(" \t\xa0")[:1].islower():
         before = text[stop - 2 : stop]
-        if not (before.isalpha() and before.islower()) or word.lower() in DOSING:
-            return False  # a lower-case word goes on the sentence, but after a lower-case word: "no pain. prior gi"
+        ends_word = (before.isalpha() and before.islower()) or (len(word) > 1 and word.isalnum() and not word.isdigit())
+        if not ends_word or word.lower() in DOSING:
+            return False  # a lower-case word goes on the sentence, but after a word: "no pain. prior gi", "SOB. lungs"
     if len(word) == 1 and word.isupper():
         return False
     if word.isdigit() and not text[line_start : stop - len(word)].strip():
