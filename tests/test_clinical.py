@@ -636,6 +636,10 @@ def test_clinical_findings_removes_a_notes_shorthand_and_finds_general_practice_
     nlp = ruler_pipeline(["bm", "bp", "bs", "ntg", "hypotension"], context=False)
     nlp.add_pipe("clinical_findings")
     assert [e.text for e in nlp("No BM. BP low, hypotension on NTG, + BS.").ents] == ["hypotension"]
+    nlp = ruler_pipeline(["nkda", "nsr", "pad", "c", "n", "lung sounds", "rhonchi"], context=False)
+    nlp.add_pipe("clinical_findings")
+    text = "NKDA. NSR, PAD 25-28, on 2L n/c. Lung sounds with rhonchi. Hx of PAD."
+    assert [e.text for e in nlp(text).ents] == ["rhonchi", "PAD"]
 
 
 def test_clinical_findings_removes_the_names_of_procedures():

@@ -277,7 +277,8 @@ FINDING_PATTERNS: list[list[dict]] = [
 
 # The items of the shorthand lists of the review of systems and the examination ("no m/r/g", "denies n/v/d",
 # "no f/c/ns", "cp/sob"): each item of a slash list whose items are all here is a finding. A list of only "d", "c"
-# and "w" is left out: "d/c" (discharge), "w/d" (warm and dry).
+# and "w" is left out: "d/c" (discharge), "w/d" (warm and dry); so are the words of nursing notes written so
+# (`SHORTHAND_WORDS`): "n/c" (nasal cannula), "f/c" (Foley catheter).
 SHORTHAND: dict[str, str | None] = {
     "m": "heart murmur",
     "r": None,
@@ -293,6 +294,7 @@ SHORTHAND: dict[str, str | None] = {
     "sob": "dyspnea",
 }
 SHORTHAND_AMBIGUOUS = frozenset({"d", "c", "w"})
+SHORTHAND_WORDS = frozenset({("n", "c"), ("f", "c")})
 
 # Words that are not a condition the patient has, whatever the KB says: titles, and the nouns after a condition
 # word that make it the name of a place, a test, a treatment or a product.
@@ -314,12 +316,17 @@ HEADINGS = frozenset({"allergies", "allergy"})
 # name (FH, familial hypercholesterolemia; HPC, hereditary prostate cancer; LMP, NHS, BS, NTG in MEDIC): never a
 # condition in a note. BM, BS, BP, LS, UO: bowel movement, bowel or breath sounds, blood pressure, lung sounds,
 # urine output; NTG, NS, PRBC, TF, HEP, IVF, FS, HD: nitroglycerin, normal saline, red cells, tube feeds, heparin, IV
-# fluids, fingerstick, hemodialysis; CDI, ND: clean, dry and intact, non-distended.
+# fluids, fingerstick, hemodialysis; CDI, ND: clean, dry and intact, non-distended; NKDA, NSR, BL, PLS: no known
+# drug allergies, normal sinus rhythm, blood, please.
 NOTE_SHORTHAND = frozenset({
     "hpc", "pc", "hx", "fh", "fhx", "fmh", "pmh", "pmhx", "psh", "dh", "sh", "shx", "lmp", "nhs", "itu", "icu", "hrs",
     "ef", "hs", "bm", "bs", "bp", "ls", "uo", "ntg", "ns", "prbc", "tf", "hep", "peep", "cpt", "noc", "pts", "meds",
-    "amts", "mgs", "bed", "sl", "ivf", "fs", "cdi", "hd", "bss", "pca", "fm", "nd", "db", "ob",
+    "amts", "mgs", "bed", "sl", "ivf", "fs", "cdi", "hd", "bss", "pca", "fm", "nd", "db", "ob", "nkda", "nsr", "bl",
+    "pls", "lung sounds",
 })  # fmt: skip
+# A KB's short name that in a note is a measure when a value follows it: PAD (peripheral arterial disease in MEDIC),
+# the pulmonary artery diastolic pressure of "PAD 25-28", "PAD's in the 20s".
+MEASURE_NAMES = frozenset({"pad"})
 # The labels of an examination's lines ("Ext: no edema", "Neuro: intact"), some of them a KB's short name (EXT,
 # hereditary multiple exostoses, in MEDIC): before a colon, a label.
 EXAM_LABELS = frozenset({"ext", "extr", "heent", "neuro", "psych", "gu", "msk", "abd", "resp", "cv", "pulm"})
@@ -428,14 +435,17 @@ class ClinicalFindings(Pipe):
 
     def other_sense(self, span: Span) -> bool:
         """Whether an entity is a condition word in another sense: a title, a note's shorthand ("FH", "LMP"), the
-        "Allergies" heading, an examination line's label ("Ext:"), the modifier of the noun after it ("emergency
-        room", "shingles vaccine", "cataract surgery"), or a procedure's name ("carpal tunnel release")."""
+        "Allergies" heading, an examination line's label ("Ext:"), a measure before its value ("PAD 25"), the
+        modifier of the noun after it ("emergency room", "shingles vaccine", "cataract surgery"), or a procedure's
+        name ("carpal tunnel release")."""
         doc, text = span.doc, span.text.lower()
         if text in TITLES or text in NOTE_SHORTHAND:
             return True
         if text.rstrip(":") in HEADINGS and is_heading(doc, span.start, span.end):
             return True
         if text in EXAM_LABELS and span.end < len(doc) and doc[span.end].text == ":":
+            return True
+        if text in MEASURE_NAMES and span.end < len(doc) and (doc[span.end].like_num or doc[span.end].lower_ == "'s"):
             return True
         if span[-1].lower_ in PROCEDURES:
             return True
@@ -495,7 +505,8 @@ def shorthand_items(doc: Doc) -> list[Token]:
             words.append(doc[j + 2])
             j += 2
         keys = [t.lower_.rstrip(".") for t in words]
-        if len(words) >= 2 and all(k in SHORTHAND for k in keys) and not set(keys) <= SHORTHAND_AMBIGUOUS:
+        listed = all(k in SHORTHAND for k in keys) and tuple(keys) not in SHORTHAND_WORDS
+        if len(words) >= 2 and listed and not set(keys) <= SHORTHAND_AMBIGUOUS:
             items.extend(words)
         i = j + 1
     return items
