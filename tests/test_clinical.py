@@ -206,8 +206,9 @@ def test_whole_note_headings():
          {"sob": "affirmed", "CHF": "uncertain", "urine": "uncertain", "Rash": "affirmed"}),
         ("Bruising R LQ-? more swollen.", {"Bruising": "affirmed", "swollen": "uncertain"}),
         # a negation ends where a nursing note's next clause starts with a measure; "s/p" of this admission
-        ("NSR with no ectopy, BP high during transport. Admitted s/p GI bleed.",
-         {"ectopy": "negated", "BP high": "affirmed", "GI bleed": "affirmed"}),
+        ("NSR with no ectopy, BP high during transport. Admitted s/p GI bleed. Denies nausea, abd pain.",
+         {"ectopy": "negated", "BP high": "affirmed", "GI bleed": "affirmed", "nausea": "negated",
+          "abd pain": "negated"}),
         ("No spontaneous movement, does not follow commands. Suctioned old bloody sputum.",
          {"does not follow commands": "affirmed", "sputum": "affirmed"}),
         ("Extubated without incident, weak cough. No plans for surgery, hip fracture stable.",

@@ -137,10 +137,11 @@ EXTRA_SECTION_ATTRIBUTES = {"allergies": {"is_hypothetical": True}}
 #   "the risks of surgery including X", "a risk factor for X", "side effects such as X", "S/e"); a relative after
 #   the condition ("diabetes in her mother"), not one who reports or comes along ("her mother thought she felt
 #   hot", "described by her mother", "her mother and she returned").
-# - "but", "p/w" (presents with), ";" and their kin end every cue's scope, not only a negation's; a relative clause
-#   ("who", "which": the CLAUSE pseudo-cue) ends all but a relative's and a risk's; a cause ("due to", "after":
-#   CAUSE) ends a negation's and an uncertainty's ("no joint damage due to his arthritis"); a finding ("showed":
-#   FINDING) ends all but history's ("her colonoscopy 3 years ago showed diverticulosis") (TERMINATING_TYPES).
+# - "but", "p/w" (presents with) and their kin end every cue's scope, not only a negation's, and ";" every one but
+#   a past history's; a relative clause ("who", "which": the CLAUSE pseudo-cue) ends all but a relative's and a
+#   risk's; a cause ("due to", "after": CAUSE) ends a negation's and an uncertainty's ("no joint damage due to his
+#   arthritis"); a finding ("showed": FINDING) ends all but history's ("her colonoscopy 3 years ago showed
+#   diverticulosis") (TERMINATING_TYPES).
 # - A fourth element, where there is one, holds medspaCy's options of the rule (`max_scope`: "non-" negates the
 #   word after it, not "non-blanching rash, lethargy or seizure").
 # - Pseudo-cues of their own category ("given for") keep a shorter cue ("given") from matching inside them.
@@ -164,11 +165,11 @@ _VISITS = (
     "aware|adamant|updated|present|visited|visiting|at|in|wants|wanted|wishes|wished|requests|requested|requesting|"
     "phoned|informed|notified|paged|decided|agrees|agreed|would|spoke|declined|came|here|made"
 )
-# what a nursing note's clause starts with after a comma or dash: a vital sign, a result, an organ's examination
-# ("no ectopy, BP high", "NSR with no ectopy, SBP very labile")
+# what a nursing note's clause starts with after a comma or dash: a vital sign, a result, the lungs or bowel sounds
+# ("no ectopy, BP high", "NSR with no ectopy, SBP very labile"); not a body part or system that can begin a
+# condition's name in a list ("denies nausea, abd pain", "no fever, GI bleeding")
 _MEASURES = (
-    "bp|bps|sbp|sbps|dbp|map|maps|hr|rr|ci|co|cvp|svr|pad|pas|temp|tmax|sats|sat|spo2|o2|wbc|hct|hgb|k|na|lungs|ls|"
-    "abd|abdomen|bs|neuro|cv|resp|gi|gu|skin"
+    "bp|bps|sbp|sbps|dbp|map|maps|hr|rr|ci|co|cvp|svr|pad|pas|temp|tmax|sats|sat|spo2|o2|wbc|hct|hgb|k|na|lungs|ls|bs"
 )
 _COUNSELED = "counsel|counseled|counselled|educated|warned|advised"
 _KIN = "maternal|paternal|younger|older|elder|twin|late?"  # the "?": a relative's qualifier may be missing
