@@ -827,12 +827,15 @@ class ClinicalContext:
         ]
         graph.update_scopes()
         graph.apply_modifiers()
-        for target, modifier in graph.edges:
+        # a negation does not modify an entity that holds its own (`holds_negation`)
+        edges = [
+            (target, modifier)
+            for target, modifier in graph.edges
+            if not (modifier.category == "NEGATED_EXISTENCE" and holds_negation(target))
+        ]
+        for target, modifier in edges:
             target._.modifiers += (modifier,)
-        context.set_context_attributes(graph.edges)
-        for ent in doc.ents:
-            if ent._.is_negated and holds_negation(ent):
-                ent._.is_negated = False
+        context.set_context_attributes(edges)
 
 
 def holds_negation(ent: Span) -> bool:
