@@ -220,6 +220,17 @@ def test_whole_note_headings():
           "cough": "affirmed"}),
         ("SBP dropped to 70s but recovered without intervention. Headache but resolved.",
          {"SBP dropped": "negated", "Headache": "negated"}),
+        # a negation or uncertainty reaches over a list, not over a run-on line's other words
+        ("not tolerating bipap well per resp at 2am and then became lethargic. Denies fever, chills, night sweats or "
+         "rash.", {"lethargic": "affirmed", "fever": "negated", "rash": "negated"}),
+        ("? pneumonia, team to reassess vent settings and wean sedation later this am, tachycardic at times.",
+         {"pneumonia": "uncertain", "tachycardic": "affirmed"}),
+        ("SR WO ECTOPY. tolerated w/o nausea, with out signs of reaction.",
+         {"ECTOPY": "negated", "nausea": "negated", "reaction": "negated"}),
+        ("Her tongue has stopped bleeding. CP was relieved. Stool OB (-). Apnea with resolution.",
+         {"bleeding": "negated", "CP": "negated", "OB": "negated", "Apnea": "negated"}),
+        ("C-diff sent. Follow closely for CP. Aspiration precaution.",
+         {"C-diff": "uncertain", "CP": "hypothetical", "Aspiration": "hypothetical"}),
     ],
 )  # fmt: skip
 def test_whole_note_cues(text, expected):

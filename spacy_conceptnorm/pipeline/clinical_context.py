@@ -13,7 +13,8 @@ entities, in this order:
    family-history heading is `is_family`, under a past-medical-history heading `is_historical`;
 3. ConText (`medspacy_context`, its default rules and the NegEx/ConText cues they lack: `EXTRA_CUES`) sets
    `ent._.is_negated`, `is_uncertain`, `is_historical`, `is_family` and `is_hypothetical` from the cues around
-   the entity in its sentence.
+   the entity in its sentence; a negation or an uncertainty reaches an entity over a list of conditions, not over
+   more than a few other words (`gap_words`), as a nursing note's run-on lines would have it.
 
 The attributes are medspaCy's own, so code written for medspaCy reads them. `ent._.assertion` sums them up in
 one word (`assertion_status`), which `annotate` writes and the curation page shows. The component runs after
@@ -50,7 +51,12 @@ FLAGS = (
 )
 AFFIRMED = "affirmed"
 # words that, inside an entity, make the absence itself the finding (`holds_negation`)
-OWN_NEGATIONS = frozenset(("no", "not", "n't", "unable", "absent", "nor", "without", "cannot"))
+OWN_NEGATIONS = frozenset(("no", "not", "n't", "unable", "absent", "nor", "without", "wo", "w/o", "cannot"))
+# A negation or uncertainty modifies no entity that more than MAX_GAP_WORDS words, other than entities' and
+# LIST_WORDS, keep apart from its cue (`gap_words`; six chosen on the whole-note dev: docs/benchmarks.md)
+GAP_LIMITED = ("NEGATED_EXISTENCE", "POSSIBLE_EXISTENCE")
+MAX_GAP_WORDS = 6
+LIST_WORDS = frozenset(("or", "and", "nor", "any", "&", "/", "either", "neither"))
 # How `split_sentences` splits them: the compiled rules of `text.sentences` or medspaCy's PyRuSH (see ClinicalContext)
 SENTENCES = ("rules", "pyrush")
 STATUSES = (*(status for status, _ in FLAGS), AFFIRMED)
@@ -145,9 +151,10 @@ EXTRA_SECTION_ATTRIBUTES = {"allergies": {"is_hypothetical": True}}
 # - A fourth element, where there is one, holds medspaCy's options of the rule (`max_scope`: "non-" negates the
 #   word after it, not "non-blanching rash, lethargy or seizure").
 # - Pseudo-cues of their own category ("given for") keep a shorter cue ("given") from matching inside them.
-# - Nursing notes' shorthand: "no c/o X", "w/o X", "X neg" (negated), "sent for X", "X pending" (uncertain), "X
-#   precautions", "X med prn", "keep pt free of X", "chances of X", "X risk", "anticipate" (hypothetical), "X
-#   resolves", "X subsided" (negated); "HO" (the house officer) and the family "aware", "at the bedside",
+# - Nursing notes' shorthand: "no c/o X", "w/o X", "wo X", "with out X", "X neg", "X (-)" (negated), "sent for X", "X
+#   sent", "X pending" (uncertain), "X precaution(s)", "X med prn", "keep pt free of X", "chances of X", "X risk",
+#   "anticipate", "follow (closely) for X" (hypothetical), "X resolves", "X subsided", "X was relieved", "stopped
+#   X", "X with resolution" (negated); "HO" (the house officer) and the family "aware", "at the bedside",
 #   "adamant" modify nothing; "for further w/u of X" is no "further X". A "?" questions the word it is written
 #   against ("pneumonia?"), else what follows it ("?CHF", "sob, ? tamponade"): `questions`. A clause that starts
 #   with a measure after a comma or dash ends every cue ("no ectopy, BP high"); "X ... but recovered" is over
@@ -218,6 +225,10 @@ EXTRA_CUES = (
      {"max_scope": 8}),
     ("NEGATED_EXISTENCE", "BACKWARD", "but resolved|resolves|subsided", {"max_scope": 8}),
     ("NEGATED_EXISTENCE", "BACKWARD", "but not now|anymore"),
+    ("NEGATED_EXISTENCE", "BACKWARD", "with|w/ resolution"),
+    ("NEGATED_EXISTENCE", "BACKWARD", "was|were|been relieved"),
+    ("NEGATED_EXISTENCE", "FORWARD", "stopped", {"max_scope": 1}),
+    ("NEGATED_EXISTENCE", "BACKWARD", "( - )", {"max_scope": 1}),
     ("NEGATED_EXISTENCE", "PSEUDO", "sx|symptoms? not|no better|improving|improved|improve|settling|settled|worse"),
     ("NEGATED_EXISTENCE", "FORWARD", "resolution of"),
     ("NEGATED_EXISTENCE", "FORWARD", "nil|neither"),
@@ -240,6 +251,9 @@ EXTRA_CUES = (
     ("NEGATED_EXISTENCE", "PSEUDO", "free nipple|flap|graft|fluid|air|wall|t4|t3"),
     ("NEGATED_EXISTENCE", "FORWARD", "no|denies|denied|without c / o"),
     ("NEGATED_EXISTENCE", "FORWARD", "w / o"),
+    ("NEGATED_EXISTENCE", "FORWARD", "w/o"),  # spaCy's tokenizer keeps the lower-case "w/o" and "w/" whole
+    ("NEGATED_EXISTENCE", "FORWARD", "wo"),
+    ("NEGATED_EXISTENCE", "FORWARD", "with out"),
     ("NEGATED_EXISTENCE", "BACKWARD", "neg", {"max_scope": 1}),
     ("NEGATED_EXISTENCE", "PSEUDO", "gram neg"),
     ("POSSIBLE_EXISTENCE", "FORWARD", "possibly|probable|questionable|suspected|presumed|presumptive|query"),
@@ -281,7 +295,7 @@ EXTRA_CUES = (
     ("POSSIBLE_EXISTENCE", "FORWARD", "+ /-"),
     ("POSSIBLE_EXISTENCE", "FORWARD", "evaluate|eval|evaluation|assess|test|testing|work-up|workup for"),
     ("POSSIBLE_EXISTENCE", "FORWARD", "sent|send|sending for", {"max_scope": 3}),
-    ("POSSIBLE_EXISTENCE", "BACKWARD", "pending", {"max_scope": 1}),
+    ("POSSIBLE_EXISTENCE", "BACKWARD", "pending|sent", {"max_scope": 1}),
     ("HISTORICAL", "FORWARD", "pmh|previous|previously|prior|remote|known|old"),
     ("HISTORICAL", "PSEUDO", "year|years|month|months|week|weeks|day|days|yr|yrs|mo -? old"),
     ("HISTORICAL", "PSEUDO", "year|years|month|months|week|weeks|day|days history|hx of"),
@@ -323,6 +337,7 @@ EXTRA_CUES = (
     ("HISTORICAL", "BIDIRECTIONAL", "in [? *? *? shape:dddd"),
     ("HISTORICAL", "BACKWARD", "( diagnosed|dx|since|in? shape:dddd"),
     ("HYPOTHETICAL", "FORWARD", "monitor|monitored|monitoring|watch|observe for"),
+    ("HYPOTHETICAL", "FORWARD", "follow closely? for"),
     ("HYPOTHETICAL", "PSEUDO", "monitor|monitored|monitoring|watch|observe for improvement|resolution|response"),
     ("RISK", "FORWARD", "at? increased|high|higher? risk|risks factor|factors? of|for|include|includes|including"),
     ("RISK", "FORWARD", "risk|risks associated with"),
@@ -343,7 +358,7 @@ EXTRA_CUES = (
     ("RISK", "FORWARD", "s / e"),
     ("RISK", "BACKWARD", "risk", {"max_scope": 1}),
     ("RISK", "FORWARD", "chance|chances of"),
-    ("HYPOTHETICAL", "BACKWARD", "precautions", {"max_scope": 1}),
+    ("HYPOTHETICAL", "BACKWARD", "precautions|precaution", {"max_scope": 1}),
     ("HYPOTHETICAL", "BACKWARD", "prn", {"max_scope": 7}),
     ("HYPOTHETICAL", "FORWARD", "keep pt|patient|him|her? free of"),
     ("HYPOTHETICAL", "PSEUDO", "for further w / u|workup|work-up|management|monitoring|care|treatment"),
@@ -827,15 +842,35 @@ class ClinicalContext:
         ]
         graph.update_scopes()
         graph.apply_modifiers()
-        # a negation does not modify an entity that holds its own (`holds_negation`)
+        # a negation does not modify an entity that holds its own (`holds_negation`), nor a negation or an
+        # uncertainty one that other words keep apart from it (`gap_words`)
+        in_entities = {i for ent in doc.ents for i in range(ent.start, ent.end)}
         edges = [
             (target, modifier)
             for target, modifier in graph.edges
             if not (modifier.category == "NEGATED_EXISTENCE" and holds_negation(target))
+            and not (modifier.category in GAP_LIMITED and gap_words(target, modifier, in_entities) > MAX_GAP_WORDS)
         ]
         for target, modifier in edges:
             target._.modifiers += (modifier,)
         context.set_context_attributes(edges)
+
+
+def gap_words(target: Span, modifier: object, in_entities: set[int]) -> int:
+    """The words between a cue and an entity it modifies that are neither an entity's nor a list's (a punctuation
+    mark, "or", "and", "any": LIST_WORDS). A negation or an uncertainty reaches over a list of conditions ("denies
+    fever, chills, night sweats or weight loss"), not over the other words of a nursing note's run-on line ("not
+    holding tv continued to retain co2 > 58 lethargic": the lethargy is no negated finding).
+
+    target (Span): The entity.
+    modifier (ConTextModifier): The cue.
+    in_entities (Set[int]): The indices of the doc's tokens that are in an entity.
+    RETURNS (int): How many words between them belong to neither.
+    """
+    doc = target.doc
+    start, end = modifier.modifier_span
+    gap = range(end, target.start) if target.start >= end else range(target.end, start)
+    return sum(not (i in in_entities or doc[i].is_punct or doc[i].is_space or doc[i].lower_ in LIST_WORDS) for i in gap)
 
 
 def holds_negation(ent: Span) -> bool:
