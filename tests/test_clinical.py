@@ -19,7 +19,13 @@ from spacy_conceptnorm.cli import app
 from spacy_conceptnorm.errors import ConceptNormError
 from spacy_conceptnorm.evaluation.assertion import evaluate_assertions, predict_statuses, read_annotated_spans
 from spacy_conceptnorm.evaluation.gold import gold_linking_off
-from spacy_conceptnorm.pipeline.clinical_context import ClinicalContext, CueMatcher, token_pattern, written_out
+from spacy_conceptnorm.pipeline.clinical_context import (
+    EXTRA_CUES,
+    ClinicalContext,
+    CueMatcher,
+    token_pattern,
+    written_out,
+)
 
 from .conftest import FIXTURES
 
@@ -231,6 +237,13 @@ def test_whole_note_headings():
          {"bleeding": "negated", "CP": "negated", "OB": "negated", "Apnea": "negated"}),
         ("C-diff sent. Follow closely for CP. Aspiration precaution.",
          {"C-diff": "uncertain", "CP": "hypothetical", "Aspiration": "hypothetical"}),
+        # spaCy's tokens of "can't" and "cannot" ("ca n't", "can not")
+        ("Pneumonia can't be excluded. An effusion cannot be entirely excluded.",
+         {"Pneumonia": "uncertain", "effusion": "uncertain"}),
+        # an absent function is a finding, whose "not" negates nothing after it
+        ("Moves hands but not to command, gets restless. Cannot remember date, has difficulty finishing statements. "
+         "W/o significant change neurologically - hand tremor.",
+         {"restless": "affirmed", "difficulty finishing statements": "affirmed", "hand tremor": "affirmed"}),
     ],
 )  # fmt: skip
 def test_whole_note_cues(text, expected):
@@ -251,6 +264,22 @@ def test_cue_words_make_token_patterns():
     assert token_pattern("shape:d|shape:dd") == [{"SHAPE": {"IN": ["d", "dd"]}}]
     with pytest.raises(ValueError, match="shapes or words"):
         token_pattern("shape:d|few")
+
+
+def test_every_cue_word_is_one_of_spacys_tokens():
+    """A cue word that spaCy's tokenizer splits ("work-up", a lower-case "cannot") would never match: write it as
+    its tokens ("work - up"). Each word must be one token in lower case or in capitals ("CANNOT" is one)."""
+    tokenizer = spacy.blank("en").tokenizer
+    split = [
+        (words, word)
+        for _, _, words, *_ in EXTRA_CUES
+        for token in words.split(" ")
+        for word in token.removesuffix("?").split("|")
+        if word
+        and not word.startswith("shape:")
+        and not any(len(tokenizer(form)) == 1 for form in (word, word.upper()))
+    ]
+    assert split == []
 
 
 def test_token_patterns_of_words_are_written_out_as_phrases():

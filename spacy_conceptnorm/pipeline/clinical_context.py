@@ -161,6 +161,7 @@ EXTRA_SECTION_ATTRIBUTES = {"allergies": {"is_hypothetical": True}}
 #   (negated); "without incident", "no plans for" negate nothing. An entity whose own words say a function is
 #   absent ("does not follow commands") is not negated by a cue before it (`holds_negation`).
 _BE = "is|was|are|were|been|be"
+_FULLY = "entirely|completely|totally|fully|definitely?"
 
 _RELATIVES = (
     "mother|father|mom|dad|mum|sister|brother|sibling|siblings|son|daughter|aunt|uncle|grandmother|grandfather|"
@@ -213,7 +214,7 @@ EXTRA_CUES = (
     ("NEGATED_EXISTENCE", "FORWARD", "not|never found|shown|noted|known to have|be"),
     ("NEGATED_EXISTENCE", "FORWARD", "exclusion of"),
     ("NEGATED_EXISTENCE", "PSEUDO", "but? not limited to"),
-    ("NEGATED_EXISTENCE", "PSEUDO", "not|n't recall|remember"),
+    ("NEGATED_EXISTENCE", "PSEUDO", "can? not|n't recall|remember"),
     ("NEGATED_EXISTENCE", "BACKWARD", f"{_BE}? not|n't {_SEEN}"),
     ("NEGATED_EXISTENCE", "BACKWARD", f"{_BE}? excluded|absent"),
     ("NEGATED_EXISTENCE", "BACKWARD", "were|been ruled out"),
@@ -237,7 +238,10 @@ EXTRA_CUES = (
     ("NEGATED_EXISTENCE", "FORWARD", "to suggest|indicate"),
     ("NEGATED_EXISTENCE", "BACKWARD", "ruled out by|with|on"),
     ("NEGATED_EXISTENCE", "PSEUDO", "not|non compliant|adherent"),
-    ("NEGATED_EXISTENCE", "PSEUDO", "no significant|interval|definite? change|increase"),
+    ("NEGATED_EXISTENCE", "PSEUDO", "no|w/o|without significant|interval|definite? change|changes|increase"),
+    ("NEGATED_EXISTENCE", "PSEUDO", "w / o significant|any? change|changes"),
+    ("NEGATED_EXISTENCE", "PSEUDO", "not|non responsive|responding|arousable"),
+    ("NEGATED_EXISTENCE", "PSEUDO", "not to|on command|commands"),
     ("NEGATED_EXISTENCE", "PSEUDO", "not only|cause"),
     ("NEGATED_EXISTENCE", "PSEUDO", "without difficulty|incident|complication|complications|event"),
     ("NEGATED_EXISTENCE", "PSEUDO", "no plan|plans to|for"),
@@ -275,10 +279,11 @@ EXTRA_CUES = (
     ("POSSIBLE_EXISTENCE", "BACKWARD", "less|more likely"),
     ("POSSIBLE_EXISTENCE", "BACKWARD", "on|in the differential"),
     ("POSSIBLE_EXISTENCE", "BIDIRECTIONAL", "versus|vs|vs."),
+    # spaCy's tokenizer splits a lower-case "cannot" into "can not" and "can't" into "ca n't", not "CANNOT"
     ("POSSIBLE_EXISTENCE", "FORWARD", "cannot|can't exclude|rule"),
-    ("POSSIBLE_EXISTENCE", "FORWARD", "can|could not exclude|rule"),
-    ("POSSIBLE_EXISTENCE", "BACKWARD", "cannot|can't be entirely|completely|totally|fully|definitely? excluded|ruled"),
-    ("POSSIBLE_EXISTENCE", "BACKWARD", "can|could not be entirely|completely|totally|fully|definitely? excluded|ruled"),
+    ("POSSIBLE_EXISTENCE", "FORWARD", "can|could|ca not|n't exclude|rule"),
+    ("POSSIBLE_EXISTENCE", "BACKWARD", f"cannot|can't be {_FULLY} excluded|ruled"),
+    ("POSSIBLE_EXISTENCE", "BACKWARD", f"can|could|ca not|n't be {_FULLY} excluded|ruled"),
     ("POSSIBLE_EXISTENCE", "BACKWARD", f"{_BE}? not excluded"),
     ("POSSIBLE_EXISTENCE", "FORWARD", "to? exclude|evaluate|eval|assess"),
     ("POSSIBLE_EXISTENCE", "FORWARD", "suspect|suspects"),
@@ -293,7 +298,8 @@ EXTRA_CUES = (
     ("POSSIBLE_EXISTENCE", "FORWARD", "screen|test the? patient|her|him|them today? for"),
     ("POSSIBLE_EXISTENCE", "BACKWARD", "index of suspicion"),
     ("POSSIBLE_EXISTENCE", "FORWARD", "+ /-"),
-    ("POSSIBLE_EXISTENCE", "FORWARD", "evaluate|eval|evaluation|assess|test|testing|work-up|workup for"),
+    ("POSSIBLE_EXISTENCE", "FORWARD", "evaluate|eval|evaluation|assess|test|testing|workup for"),
+    ("POSSIBLE_EXISTENCE", "FORWARD", "work - up for"),
     ("POSSIBLE_EXISTENCE", "FORWARD", "sent|send|sending for", {"max_scope": 3}),
     ("POSSIBLE_EXISTENCE", "BACKWARD", "pending|sent", {"max_scope": 1}),
     ("HISTORICAL", "FORWARD", "pmh|previous|previously|prior|remote|known|old"),
@@ -361,7 +367,9 @@ EXTRA_CUES = (
     ("HYPOTHETICAL", "BACKWARD", "precautions|precaution", {"max_scope": 1}),
     ("HYPOTHETICAL", "BACKWARD", "prn", {"max_scope": 7}),
     ("HYPOTHETICAL", "FORWARD", "keep pt|patient|him|her? free of"),
-    ("HYPOTHETICAL", "PSEUDO", "for further w / u|workup|work-up|management|monitoring|care|treatment"),
+    ("HYPOTHETICAL", "PSEUDO", "for further w / u"),
+    ("HYPOTHETICAL", "PSEUDO", "for further workup|management|monitoring|care|treatment"),
+    ("HYPOTHETICAL", "PSEUDO", "for further work - up"),
     ("HYPOTHETICAL", "FORWARD", "anticipate|anticipated|anticipating|expect|expected that?"),
     ("HYPOTHETICAL", "FORWARD", "any signs|symptoms or? signs|symptoms? of"),
     ("HYPOTHETICAL", "FORWARD", "can|may|could be used|taken for"),
