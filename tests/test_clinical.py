@@ -681,6 +681,11 @@ def test_clinical_findings_removes_a_notes_shorthand_and_finds_general_practice_
     nlp.add_pipe("clinical_findings")
     text = "NKDA. NSR, PAD 25-28, on 2L n/c. Lung sounds with rhonchi. Hx of PAD."
     assert [e.text for e in nlp(text).ents] == ["rhonchi", "PAD"]
+    # a normal function charted, and a specimen: no condition; sputum coughed up is one
+    nlp = ruler_pipeline(["flatus", "sputum"], context=False)
+    nlp.add_pipe("clinical_findings")
+    text = "+flatus. Sputum cx sent, MRSA in sputum. Suctioned thick sputum."
+    assert [(e.text, e.start_char) for e in nlp(text).ents] == [("sputum", text.rindex("sputum"))]
 
 
 def test_clinical_findings_removes_the_names_of_procedures():

@@ -327,6 +327,13 @@ NOTE_SHORTHAND = frozenset({
 # A KB's short name that in a note is a measure when a value follows it: PAD (peripheral arterial disease in MEDIC),
 # the pulmonary artery diastolic pressure of "PAD 25-28", "PAD's in the 20s".
 MEASURE_NAMES = frozenset({"pad"})
+# What a nursing note charts that is no condition: a normal function ("passing flatus", "+flatus"; "no flatus" is a
+# normal event that did not happen, which the annotation does not count either), and a specimen before the words of
+# its culture or after an organism ("sputum cx", "sputum sent", "MRSA in sputum"); on the whole-note dev none of
+# these is annotated (13 and 15), but "sputum" elsewhere is a finding (40).
+NORMAL_FUNCTIONS = frozenset({"flatus"})
+SPECIMENS = frozenset({"sputum"})
+SPECIMEN_WORDS = frozenset({"cx", "culture", "cultures", "sample", "specimen", "sent", "c+s"})
 # The labels of an examination's lines ("Ext: no edema", "Neuro: intact"), some of them a KB's short name (EXT,
 # hereditary multiple exostoses, in MEDIC): before a colon, a label.
 EXAM_LABELS = frozenset({"ext", "extr", "heent", "neuro", "psych", "gu", "msk", "abd", "resp", "cv", "pulm"})
@@ -434,12 +441,12 @@ class ClinicalFindings(Pipe):
         return found
 
     def other_sense(self, span: Span) -> bool:
-        """Whether an entity is a condition word in another sense: a title, a note's shorthand ("FH", "LMP"), the
-        "Allergies" heading, an examination line's label ("Ext:"), a measure before its value ("PAD 25"), the
-        modifier of the noun after it ("emergency room", "shingles vaccine", "cataract surgery"), or a procedure's
-        name ("carpal tunnel release")."""
+        """Whether an entity is a condition word in another sense: a title, a note's shorthand ("FH", "LMP") or a
+        normal function it charts ("flatus"), a specimen ("sputum cx"), the "Allergies" heading, an examination
+        line's label ("Ext:"), a measure before its value ("PAD 25"), the modifier of the noun after it ("emergency
+        room", "shingles vaccine", "cataract surgery"), or a procedure's name ("carpal tunnel release")."""
         doc, text = span.doc, span.text.lower()
-        if text in TITLES or text in NOTE_SHORTHAND:
+        if text in TITLES or text in NOTE_SHORTHAND or text in NORMAL_FUNCTIONS:
             return True
         if text.rstrip(":") in HEADINGS and is_heading(doc, span.start, span.end):
             return True
@@ -450,6 +457,10 @@ class ClinicalFindings(Pipe):
         if span[-1].lower_ in PROCEDURES:
             return True
         following = doc[span.end].lower_ if span.end < len(doc) else ""
+        if text in SPECIMENS and (
+            following in SPECIMEN_WORDS or (span.start > 0 and doc[span.start - 1].lower_ == "in")
+        ):
+            return True
         return following in OTHER_SENSE_HEADS or following in PROCEDURES
 
     def to_bytes(self, *, exclude: Iterable[str] = ()) -> bytes:
