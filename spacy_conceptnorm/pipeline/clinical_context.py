@@ -158,8 +158,9 @@ EXTRA_SECTION_ATTRIBUTES = {"allergies": {"is_hypothetical": True}}
 #   "adamant" modify nothing; "for further w/u of X" is no "further X". A "?" questions the word it is written
 #   against ("pneumonia?"), else what follows it ("?CHF", "sob, ? tamponade"): `questions`. A clause that starts
 #   with a measure after a comma or dash ends every cue ("no ectopy, BP high"); "X ... but recovered" is over
-#   (negated); "without incident", "no plans for" negate nothing. An entity whose own words say a function is
-#   absent ("does not follow commands") is not negated by a cue before it (`holds_negation`).
+#   (negated); "without incident", "no plans for", "w/o significant change" and an absent function ("not to
+#   command", "not responsive", "cannot remember") negate nothing after them. An entity whose own words say a
+#   function is absent ("does not follow commands") is not negated by a cue before it (`holds_negation`).
 _BE = "is|was|are|were|been|be"
 _FULLY = "entirely|completely|totally|fully|definitely?"
 
@@ -868,7 +869,7 @@ def gap_words(target: Span, modifier: object, in_entities: set[int]) -> int:
     """The words between a cue and an entity it modifies that are neither an entity's nor a list's (a punctuation
     mark, "or", "and", "any": LIST_WORDS). A negation or an uncertainty reaches over a list of conditions ("denies
     fever, chills, night sweats or weight loss"), not over the other words of a nursing note's run-on line ("not
-    holding tv continued to retain co2 > 58 lethargic": the lethargy is no negated finding).
+    tolerating bipap well per resp at 2am and then became lethargic": the lethargy is no negated finding).
 
     target (Span): The entity.
     modifier (ConTextModifier): The cue.
