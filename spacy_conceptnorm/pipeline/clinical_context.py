@@ -256,8 +256,7 @@ EXTRA_CUES = (
     ("NEGATED_EXISTENCE", "PSEUDO", "free nipple|flap|graft|fluid|air|wall|t4|t3"),
     ("NEGATED_EXISTENCE", "FORWARD", "no|denies|denied|without c / o"),
     ("NEGATED_EXISTENCE", "FORWARD", "w / o"),
-    ("NEGATED_EXISTENCE", "FORWARD", "w/o"),  # spaCy's tokenizer keeps the lower-case "w/o" and "w/" whole
-    ("NEGATED_EXISTENCE", "FORWARD", "wo"),
+    ("NEGATED_EXISTENCE", "FORWARD", "w/o|wo"),  # spaCy's tokenizer keeps the lower-case "w/o" and "w/" whole
     ("NEGATED_EXISTENCE", "FORWARD", "with out"),
     ("NEGATED_EXISTENCE", "BACKWARD", "neg", {"max_scope": 1}),
     ("NEGATED_EXISTENCE", "PSEUDO", "gram neg"),
