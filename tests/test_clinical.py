@@ -631,6 +631,35 @@ def test_clinical_findings_adds_the_findings_no_entity_holds(tmp_path):
         spacy.load(tmp_path / "p")
 
 
+@Language.component("test_wrong_link")
+def wrong_link(doc):
+    """Link "cp" as MEDIC's "CP" (cleft palate) and every other entity NIL: a linker that reads no context."""
+    doc.ents = [Span(doc, e.start, e.end, e.label_, kb_id="D002972" if e.text == "cp" else "NIL") for e in doc.ents]
+    return doc
+
+
+def test_clinical_findings_links_an_entity_that_is_a_shorthand_item_as_the_item():
+    """An entity that is an item of a shorthand list takes the item's concept ("cp" of "cp/sob" is chest pain);
+    the same word outside a list keeps its link."""
+    from spacy_conceptnorm.kb.concept import Concept
+    from spacy_conceptnorm.kb.knowledge_base import KnowledgeBase
+
+    kb = KnowledgeBase()
+    kb.add_concept(Concept("D002637", "Chest Pain"), [])
+    kb.add_concept(Concept("D004417", "Dyspnea"), [])
+    Language.component("test_kb_pipe_shorthand", func=_KBPipe(kb))
+    nlp = spacy.blank("en")
+    nlp.add_pipe("test_kb_pipe_shorthand")
+    nlp.add_pipe("entity_ruler").add_patterns([{"label": "Disease", "pattern": w} for w in ("cp", "sob")])
+    nlp.add_pipe("test_wrong_link")
+    nlp.add_pipe("clinical_findings").initialize(nlp=nlp)
+    doc = nlp("Denies cp/sob. Hx of cp since birth.")
+    assert [(e.text, e.kb_id_, e._.kb_name, e._.kb_ents) for e in doc.ents] == [
+        ("cp", "D002637", "chest pain", [("D002637", 1.0)]), ("sob", "D004417", "dyspnea", [("D004417", 1.0)]),
+        ("cp", "D002972", None, None),
+    ]  # fmt: skip
+
+
 def test_clinical_findings_reads_shorthand_lists_and_phrases():
     """Each item of a shorthand list of findings is one; a list with another item ("c/d/i": clean, dry, intact) or
     of only ambiguous items ("d/c": discharge) is none; the phrases of the patterns are findings whole."""

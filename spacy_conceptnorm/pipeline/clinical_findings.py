@@ -8,7 +8,7 @@ them otherwise ("Heart Murmurs", "Paresthesia") or not at all. The `clinical_fin
 `link_filter`, knows a short list of such findings (`CLINICAL_FINDINGS`, the phrases of `FINDING_PATTERNS` and
 the items of `SHORTHAND` lists) and makes an entity of each occurrence that no entity overlaps, linked to the
 concept of the KB name listed beside it (looked up in the concept_normalizer's KB by `initialize`), or NIL where
-the KB has none.
+the KB has none; an entity that is an item of a shorthand list is linked so too ("cp" of "cp/sob": chest pain).
 
 It also removes the entities that are a condition word in a note's other sense: a title ("Mrs", which names a
 condition in MEDIC), the "Allergies" heading, a word that names a place, test, treatment, procedure or product with
@@ -344,7 +344,8 @@ class ClinicalFindings(Pipe):
 
     Each occurrence of a finding (the longest where two overlap) that no entity overlaps becomes an entity with
     `label`, `kb_id_` the concept of its listed KB name (NIL if none), `ent._.kb_ents` [(id, 1.0)], `kb_name` the
-    listed name and `kb_stage` "clinical_findings".
+    listed name and `kb_stage` "clinical_findings". An entity that is an item of a shorthand list is linked so
+    too: in "denies cp/sob" the "cp" is chest pain, not the cleft palate that MEDIC also names CP.
     """
 
     def __init__(
@@ -390,7 +391,7 @@ class ClinicalFindings(Pipe):
         kbs = [getattr(pipe, "kb", None) for _, pipe in (nlp.pipeline if nlp is not None else [])]
         kb = next((kb for kb in kbs if kb is not None and hasattr(kb, "concepts_for")), None)
         self.concepts = {}
-        for kb_name in sorted({n for n in self.kb_names.values() if n}):
+        for kb_name in sorted({n for n in (*self.kb_names.values(), *SHORTHAND.values()) if n}):
             ids = kb.concepts_for(kb_name, normalized=False) if kb is not None else []
             if ids:
                 self.concepts[kb_name] = ids[0]
@@ -404,6 +405,7 @@ class ClinicalFindings(Pipe):
         """
         # a single letter is no condition ("h" of "h/o"): only as an item of a shorthand list, which is found below
         kept = [ent for ent in doc.ents if not self.other_sense(ent) and len(ent.text) > 1]
+        items = {token.i for token in shorthand_items(doc)}
         found = self.findings_in(doc)
         taken = [(ent.start, ent.end) for ent in kept]
         added = [
@@ -411,19 +413,25 @@ class ClinicalFindings(Pipe):
             for span in filter_spans(list(found))
             if not any(span.start < e and s < span.end for s, e in taken) and not self.other_sense(span)
         ]
-        if not added and len(kept) == len(doc.ents):
+        # an entity that is a shorthand list's item takes the item's concept
+        listed = {ent: SHORTHAND[ent.text.lower().rstrip(".")] for ent in kept if len(ent) == 1 and ent.start in items}
+        relinked = {ent: kb_name for ent, kb_name in listed.items() if ent.kb_id_ != self.concept_of(kb_name)}
+        if not added and not relinked and len(kept) == len(doc.ents):
             return doc
-        new = []
-        for span in added:
-            kb_name = found[span]
-            concept_id = self.concepts.get(kb_name, NIL) if kb_name else NIL
-            new.append((Span(doc, span.start, span.end, label=self.label, kb_id=concept_id), kb_name))
-        doc.ents = sorted([*kept, *(ent for ent, _ in new)])
+        new = [
+            (Span(doc, span.start, span.end, label=span.label_ or self.label, kb_id=self.concept_of(kb_name)), kb_name)
+            for span, kb_name in [*((span, found[span]) for span in added), *relinked.items()]
+        ]
+        doc.ents = sorted([*(ent for ent in kept if ent not in relinked), *(ent for ent, _ in new)])
         for ent, kb_name in new:
             ent._.kb_ents = [] if ent.kb_id_ == NIL else [(ent.kb_id_, 1.0)]
             ent._.kb_name = kb_name
             ent._.kb_stage = STAGE
         return doc
+
+    def concept_of(self, kb_name: str | None) -> str:
+        """The concept id of a listed KB name, found by `initialize` (NIL for None or a name the KB lacks)."""
+        return self.concepts.get(kb_name, NIL) if kb_name else NIL
 
     def findings_in(self, doc: Doc) -> dict[Span, str | None]:
         """The findings of a doc (listed, by pattern and in shorthand lists), each with the KB name of its concept.
