@@ -405,8 +405,8 @@ class ClinicalFindings(Pipe):
         """
         # a single letter is no condition ("h" of "h/o"): only as an item of a shorthand list, which is found below
         kept = [ent for ent in doc.ents if not self.other_sense(ent) and len(ent.text) > 1]
-        items = {token.i for token in shorthand_items(doc)}
-        found = self.findings_in(doc)
+        items = shorthand_items(doc)  # read once: the findings below and the entities linked as items
+        found = self.findings_in(doc, items)
         taken = [(ent.start, ent.end) for ent in kept]
         added = [
             span
@@ -414,7 +414,8 @@ class ClinicalFindings(Pipe):
             if not any(span.start < e and s < span.end for s, e in taken) and not self.other_sense(span)
         ]
         # an entity that is a shorthand list's item takes the item's concept
-        listed = {ent: SHORTHAND[ent.text.lower().rstrip(".")] for ent in kept if len(ent) == 1 and ent.start in items}
+        item_starts = {token.i for token in items}
+        listed = {ent: shorthand_name(ent[0]) for ent in kept if len(ent) == 1 and ent.start in item_starts}
         relinked = {ent: kb_name for ent, kb_name in listed.items() if ent.kb_id_ != self.concept_of(kb_name)}
         if not added and not relinked and len(kept) == len(doc.ents):
             return doc
@@ -433,10 +434,11 @@ class ClinicalFindings(Pipe):
         """The concept id of a listed KB name, found by `initialize` (NIL for None or a name the KB lacks)."""
         return self.concepts.get(kb_name, NIL) if kb_name else NIL
 
-    def findings_in(self, doc: Doc) -> dict[Span, str | None]:
+    def findings_in(self, doc: Doc, items: list[Token] | None = None) -> dict[Span, str | None]:
         """The findings of a doc (listed, by pattern and in shorthand lists), each with the KB name of its concept.
 
         doc (Doc): The document.
+        items (Optional[List[Token]]): The doc's `shorthand_items`, where the caller has them (None: read here).
         RETURNS (Dict[Span, Optional[str]]): Each finding's span and KB name (None: no concept).
         """
         found: dict[Span, str | None] = {}
@@ -444,8 +446,8 @@ class ClinicalFindings(Pipe):
             found[Span(doc, start, end)] = None
         for _, start, end in self.matcher(doc):
             found[Span(doc, start, end)] = self.kb_names[doc[start:end].text.lower()]
-        for token in shorthand_items(doc):
-            found[doc[token.i : token.i + 1]] = SHORTHAND[token.lower_.rstrip(".")]
+        for token in shorthand_items(doc) if items is None else items:
+            found[doc[token.i : token.i + 1]] = shorthand_name(token)
         return found
 
     def other_sense(self, span: Span) -> bool:
@@ -507,6 +509,11 @@ class ClinicalFindings(Pipe):
 def make_clinical_findings(nlp: Language, name: str, label: str, findings: dict[str, str | None]) -> ClinicalFindings:
     """Create a ClinicalFindings component (see its docstring for the settings)."""
     return ClinicalFindings(nlp, name, label=label, findings=findings)
+
+
+def shorthand_name(token: Token) -> str | None:
+    """The KB name of a shorthand item's finding ("cp" -> "chest pain"; "v." -> "vomiting"), None where it has none."""
+    return SHORTHAND[token.lower_.rstrip(".")]
 
 
 def shorthand_items(doc: Doc) -> list[Token]:
